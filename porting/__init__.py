@@ -1,0 +1,1 @@
+"""Legacy weight porting: safe readers of Detectron `.pkl` / maskrcnn-benchmark `.pth` files."""

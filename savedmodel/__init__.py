@@ -1,0 +1,1 @@
+"""SavedModel export with TF Serving signatures, and a client for TF Serving's APIs."""
