@@ -1,0 +1,142 @@
+"""NMS against Detectron's Cython algorithm (numpy loop), including its >= tie rule."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import numpy_reference as ref
+from tfdet.ops import nms as nms_ops
+
+
+def clustered_boxes(rng, n, clusters=12):
+    """Boxes jittered around a few centres, so that many overlap near typical thresholds."""
+    centres = rng.uniform(0, 400, (clusters, 2))
+    pick = centres[rng.integers(0, clusters, n)]
+    xy = pick + rng.normal(0, 8, (n, 2))
+    wh = rng.uniform(20, 80, (n, 2))
+    # Integer-ish coordinates make exact IoU ties common, as with real clipped boxes.
+    return np.round(np.concatenate([xy, xy + wh], axis=1) * 2) / 2
+
+
+def run_nms(boxes, scores, thresh, max_out, tile_size=nms_ops.DEFAULT_TILE_SIZE):
+    idx, num = nms_ops.batched_nms(
+        tf.constant(boxes[None], tf.float32), tf.constant(scores[None], tf.float32), thresh, max_out,
+        tile_size=tile_size,
+    )
+    return idx.numpy()[0, : num.numpy()[0]]
+
+
+@pytest.mark.parametrize("thresh", [0.3, 0.5, 0.7])
+@pytest.mark.parametrize("tile_size", [7, 64, 256])
+def test_matches_detectron_nms(rng, thresh, tile_size):
+    for trial in range(3):
+        n = int(rng.integers(1, 400))
+        boxes = clustered_boxes(rng, n)
+        scores = rng.permutation(n).astype(np.float32) / n  # distinct scores: order is defined
+        want = ref.nms(np.hstack([boxes, scores[:, None]]), thresh)
+        got = run_nms(boxes, scores, thresh, max_out=n, tile_size=tile_size)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_equal_iou_is_suppressed_unlike_tensorflow():
+    # IoU of these two is exactly 0.5 with +1 areas: 10x10 box and its 10x5 upper half.
+    boxes = np.array([[0, 0, 9, 9], [0, 0, 9, 4]], np.float32)
+    scores = np.array([0.9, 0.8], np.float32)
+    assert list(run_nms(boxes, scores, 0.5, 10)) == [0]
+    assert list(ref.nms(np.hstack([boxes, scores[:, None]]), 0.5)) == [0]
+    tf_keep = tf.image.non_max_suppression(boxes[:, [1, 0, 3, 2]], scores, 10, iou_threshold=0.5).numpy()
+    assert list(tf_keep) == [0, 1]  # TensorFlow's kernel keeps both: this is why we have our own
+
+
+def test_threshold_compared_in_float64():
+    # IoU = 7000/10000 is float32(0.7), which is below the double 0.7: Detectron keeps both boxes.
+    boxes = np.array([[0, 0, 99, 99], [0, 0, 99, 69]], np.float32)
+    scores = np.array([0.9, 0.8], np.float32)
+    assert list(ref.nms(np.hstack([boxes, scores[:, None]]), 0.7)) == [0, 1]
+    assert list(run_nms(boxes, scores, 0.7, 10)) == [0, 1]
+    assert list(run_nms(boxes, scores, 0.69, 10)) == [0]
+
+
+def test_max_output_and_padding(rng):
+    boxes = clustered_boxes(rng, 200)
+    scores = rng.permutation(200).astype(np.float32)
+    want = ref.nms(np.hstack([boxes, scores[:, None]]), 0.5)
+    idx, num = nms_ops.batched_nms(tf.constant(boxes[None]), tf.constant(scores[None]), 0.5, 5)
+    assert num.numpy()[0] == min(5, len(want))
+    np.testing.assert_array_equal(idx.numpy()[0], want[:5])
+    idx, num = nms_ops.batched_nms(tf.constant(boxes[None]), tf.constant(scores[None]), 0.5, 500)
+    assert idx.shape == (1, 500) and num.numpy()[0] == len(want)
+    assert np.all(idx.numpy()[0, len(want):] == 0)
+
+
+def test_batch_rows_and_invalid_entries_are_independent(rng):
+    rows = [clustered_boxes(rng, 150) for _ in range(3)]
+    scores = [rng.permutation(150).astype(np.float32) for _ in range(3)]
+    valid = rng.uniform(size=(3, 150)) > 0.3
+    idx, num = nms_ops.batched_nms(tf.constant(np.stack(rows)), tf.constant(np.stack(scores)), 0.6, 150, valid=valid)
+    for r in range(3):
+        keep_in = np.where(valid[r])[0]
+        want = keep_in[ref.nms(np.hstack([rows[r][keep_in], scores[r][keep_in, None]]), 0.6)]
+        np.testing.assert_array_equal(idx.numpy()[r, : num.numpy()[r]], want)
+
+
+def test_empty_and_all_invalid():
+    idx, num = nms_ops.batched_nms(tf.zeros([2, 0, 4]), tf.zeros([2, 0]), 0.5, 4)
+    assert idx.shape == (2, 4) and list(num.numpy()) == [0, 0]
+    idx, num = nms_ops.batched_nms(tf.ones([1, 3, 4]), tf.ones([1, 3]), 0.5, 4, valid=tf.zeros([1, 3], tf.bool))
+    assert list(num.numpy()) == [0]
+
+
+def test_nms_in_tf_function_with_unknown_sizes(rng):
+    fn = tf.function(
+        lambda b, s: nms_ops.batched_nms(b, s, 0.5, 20),
+        input_signature=[tf.TensorSpec([None, None, 4]), tf.TensorSpec([None, None])],
+    )
+    boxes = clustered_boxes(rng, 90).astype(np.float32)
+    scores = rng.permutation(90).astype(np.float32)
+    want = ref.nms(np.hstack([boxes, scores[:, None]]), 0.5)[:20]
+    idx, num = fn(boxes[None], scores[None])
+    np.testing.assert_array_equal(idx.numpy()[0, : num.numpy()[0]], want)
+
+
+def detectron_detections(scores, boxes, score_thresh, nms_thresh, limit):
+    """Detectron's box_results_with_nms_and_limit, returning (score, class, box) rows by score."""
+    rows = []
+    for j in range(1, scores.shape[1]):
+        inds = np.where(scores[:, j] > np.float32(score_thresh))[0]
+        dets = np.hstack([boxes[inds, j], scores[inds, j, None]]).astype(np.float32)
+        for k in ref.nms(dets, nms_thresh) if len(inds) else []:
+            rows.append((dets[k, 4], j, dets[k, :4]))
+    rows.sort(key=lambda r: -r[0])
+    if len(rows) > limit:
+        cut = rows[limit - 1][0]
+        rows = [r for r in rows if r[0] >= cut]
+    return rows
+
+
+@pytest.mark.parametrize("agnostic", [False, True])
+def test_per_class_nms_matches_detectron(rng, agnostic):
+    num_rois, num_classes = 300, 6
+    base = clustered_boxes(rng, num_rois)
+    boxes = base[:, None, :] + (0 if agnostic else rng.normal(0, 3, (num_rois, num_classes, 4)))
+    boxes = np.round(boxes.astype(np.float32) * 4) / 4
+    logits = rng.normal(0, 2, (num_rois, num_classes))
+    scores = (np.exp(logits) / np.exp(logits).sum(1, keepdims=True)).astype(np.float32)
+    want = detectron_detections(scores, np.broadcast_to(boxes, (num_rois, num_classes, 4)), 0.05, 0.5, 100)
+    got_boxes, got_scores, got_classes, num = nms_ops.per_class_nms(
+        tf.constant(boxes if not agnostic else base[:, None, :].astype(np.float32)),
+        tf.constant(scores), 0.05, 0.5, 100,
+    )
+    num = int(num)
+    assert num == min(100, len(want))
+    np.testing.assert_array_equal(got_scores.numpy()[:num], [r[0] for r in want[:num]])
+    np.testing.assert_array_equal(got_classes.numpy()[:num], [r[1] for r in want[:num]])
+    np.testing.assert_array_equal(got_boxes.numpy()[:num], np.array([r[2] for r in want[:num]]))
+    assert np.all(got_scores.numpy()[num:] == 0) and np.all(got_classes.numpy()[num:] == 0)
+
+
+def test_per_class_nms_no_detection():
+    scores = np.full((10, 4), 0.01, np.float32)
+    scores[:, 0] = 0.97
+    boxes, scores_out, classes, num = nms_ops.per_class_nms(tf.ones([10, 4, 4]), tf.constant(scores), 0.05, 0.5, 100)
+    assert int(num) == 0 and boxes.shape == (100, 4) and not np.any(classes.numpy())

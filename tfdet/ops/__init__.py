@@ -1,0 +1,15 @@
+"""Pure TensorFlow functions with Detectron's numerics: anchors, boxes, NMS, proposals, RoIAlign,
+mask paste and keypoint decoding. No Keras, no state; usable inside any graph."""
+
+from tfdet.ops.anchors import fpn_level_anchors, generate_anchors, shifted_anchors
+from tfdet.ops.boxes import (
+    box_areas,
+    clip_boxes,
+    decode_boxes,
+    encode_boxes,
+    pairwise_iou,
+    xywh_to_xyxy,
+    xyxy_to_xywh,
+)
+from tfdet.ops.nms import batched_nms, per_class_nms
+from tfdet.ops.proposals import generate_proposals, proposal_keep_mask

@@ -1,0 +1,117 @@
+"""Box arithmetic with Detectron's legacy "+1" convention (a box x1 == x2 is one pixel wide).
+
+Boxes are x1, y1, x2, y2 in the last axis; every function broadcasts over leading axes.
+"""
+
+import math
+
+import tensorflow as tf
+
+# Detectron's cfg.BBOX_XFORM_CLIP: the largest log-scale change a box delta may ask for.
+DEFAULT_SCALE_CLIP = math.log(1000.0 / 16.0)
+
+
+def box_widths_heights(boxes):
+    """Widths and heights with the +1 convention."""
+    return boxes[..., 2] - boxes[..., 0] + 1.0, boxes[..., 3] - boxes[..., 1] + 1.0
+
+
+def box_areas(boxes):
+    """Areas with the +1 convention (Detectron's `boxes_area`)."""
+    widths, heights = box_widths_heights(boxes)
+    return widths * heights
+
+
+def decode_boxes(boxes, deltas, weights=(1.0, 1.0, 1.0, 1.0), scale_clip=DEFAULT_SCALE_CLIP):
+    """Apply regression deltas (dx, dy, dw, dh) to boxes: Detectron's `bbox_transform`.
+
+    dw, dh are divided by their weights and clipped from above at `scale_clip` before exp();
+    x2 = ctr + w/2 - 1 (Detectron's asymmetric "-1"). `boxes` broadcasts against `deltas`.
+    """
+    boxes = tf.cast(boxes, deltas.dtype)
+    widths, heights = box_widths_heights(boxes)
+    ctr_x = boxes[..., 0] + 0.5 * widths
+    ctr_y = boxes[..., 1] + 0.5 * heights
+    wx, wy, ww, wh = (float(w) for w in weights)
+    dx = deltas[..., 0] / wx
+    dy = deltas[..., 1] / wy
+    dw = tf.minimum(deltas[..., 2] / ww, scale_clip)
+    dh = tf.minimum(deltas[..., 3] / wh, scale_clip)
+    pred_ctr_x = dx * widths + ctr_x
+    pred_ctr_y = dy * heights + ctr_y
+    pred_w = tf.exp(dw) * widths
+    pred_h = tf.exp(dh) * heights
+    return tf.stack(
+        [
+            pred_ctr_x - 0.5 * pred_w,
+            pred_ctr_y - 0.5 * pred_h,
+            pred_ctr_x + 0.5 * pred_w - 1.0,
+            pred_ctr_y + 0.5 * pred_h - 1.0,
+        ],
+        axis=-1,
+    )
+
+
+def encode_boxes(boxes, target_boxes, weights=(1.0, 1.0, 1.0, 1.0)):
+    """Regression targets mapping `boxes` onto `target_boxes`: Detectron's `bbox_transform_inv`."""
+    widths, heights = box_widths_heights(boxes)
+    ctr_x = boxes[..., 0] + 0.5 * widths
+    ctr_y = boxes[..., 1] + 0.5 * heights
+    target_widths, target_heights = box_widths_heights(target_boxes)
+    target_ctr_x = target_boxes[..., 0] + 0.5 * target_widths
+    target_ctr_y = target_boxes[..., 1] + 0.5 * target_heights
+    wx, wy, ww, wh = (float(w) for w in weights)
+    return tf.stack(
+        [
+            wx * (target_ctr_x - ctr_x) / widths,
+            wy * (target_ctr_y - ctr_y) / heights,
+            ww * tf.math.log(target_widths / widths),
+            wh * tf.math.log(target_heights / heights),
+        ],
+        axis=-1,
+    )
+
+
+def clip_boxes(boxes, height, width):
+    """Clip coordinates to [0, width-1] x [0, height-1] (Detectron's `clip_tiled_boxes`)."""
+    height = tf.cast(height, boxes.dtype)
+    width = tf.cast(width, boxes.dtype)
+    # Broadcast per-image sizes (shape (B,)) against boxes (B, ..., 4).
+    while height.shape.rank is not None and height.shape.rank < boxes.shape.rank - 1:
+        height = height[..., None]
+        width = width[..., None]
+    x_max = width - 1.0
+    y_max = height - 1.0
+    return tf.stack(
+        [
+            tf.maximum(tf.minimum(boxes[..., 0], x_max), 0.0),
+            tf.maximum(tf.minimum(boxes[..., 1], y_max), 0.0),
+            tf.maximum(tf.minimum(boxes[..., 2], x_max), 0.0),
+            tf.maximum(tf.minimum(boxes[..., 3], y_max), 0.0),
+        ],
+        axis=-1,
+    )
+
+
+def pairwise_iou(boxes_a, boxes_b):
+    """IoU matrix (..., N, M) with +1 areas, computed in the same order as Detectron's NMS."""
+    a = boxes_a[..., :, None, :]
+    b = boxes_b[..., None, :, :]
+    inter_w = tf.maximum(0.0, tf.minimum(a[..., 2], b[..., 2]) - tf.maximum(a[..., 0], b[..., 0]) + 1.0)
+    inter_h = tf.maximum(0.0, tf.minimum(a[..., 3], b[..., 3]) - tf.maximum(a[..., 1], b[..., 1]) + 1.0)
+    inter = inter_w * inter_h
+    union = box_areas(boxes_a)[..., :, None] + box_areas(boxes_b)[..., None, :] - inter
+    return inter / union
+
+
+def xyxy_to_xywh(boxes):
+    """x1,y1,x2,y2 -> x,y,w,h with w = x2 - x1 + 1 (COCO results as Detectron writes them)."""
+    widths, heights = box_widths_heights(boxes)
+    return tf.stack([boxes[..., 0], boxes[..., 1], widths, heights], axis=-1)
+
+
+def xywh_to_xyxy(boxes):
+    """x,y,w,h -> x1,y1,x2,y2 with x2 = x + max(w - 1, 0) (Detectron's `xywh_to_xyxy`)."""
+    x2 = boxes[..., 0] + tf.maximum(0.0, boxes[..., 2] - 1.0)
+    y2 = boxes[..., 1] + tf.maximum(0.0, boxes[..., 3] - 1.0)
+    return tf.stack([boxes[..., 0], boxes[..., 1], x2, y2], axis=-1)

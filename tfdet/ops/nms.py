@@ -1,0 +1,162 @@
+"""Greedy non-maximum suppression with Detectron's rule, batched and in pure TensorFlow.
+
+Detectron's (Cython) NMS suppresses box j by a kept, higher-scoring box i when
+IoU(i, j) >= threshold, with +1 areas computed in float32 and the comparison made in float64.
+TensorFlow's NMS kernels suppress only when IoU > threshold and use areas without +1, so
+they differ on real cases; this module reproduces Detectron's rule exactly.
+
+The greedy pass is exact but tiled: boxes are visited in tiles of `tile_size`; inside a tile the
+greedy result is the unique fixed point of "keep j unless a kept i < j overlaps it", reached by
+iteration, and each tile's kept boxes then suppress all later boxes in one vectorised step.
+Ties in score are broken by the lower input index first (Detectron's numpy argsort order for
+ties is unspecified).
+"""
+
+import tensorflow as tf
+
+from tfdet.ops.boxes import pairwise_iou
+
+DEFAULT_TILE_SIZE = 256
+
+
+def _suppresses(iou, iou_threshold):
+    """Detectron's test `ovr >= thresh`, with float32 IoU compared in float64 as in Cython."""
+    return tf.cast(iou, tf.float64) >= tf.constant(iou_threshold, tf.float64)
+
+
+def _self_suppress(tile_boxes, tile_keep, iou_threshold):
+    """Greedy NMS inside one tile: (B, T) keep mask given the boxes not yet suppressed."""
+    size = tf.shape(tile_boxes)[1]
+    earlier = tf.linalg.band_part(tf.ones([size, size], tf.bool), 0, -1)
+    earlier = tf.logical_and(earlier, tf.logical_not(tf.eye(size, dtype=tf.bool)))
+    overlaps = tf.logical_and(_suppresses(pairwise_iou(tile_boxes, tile_boxes), iou_threshold), earlier)
+
+    def step(current):
+        suppressed = tf.reduce_any(tf.logical_and(overlaps, current[:, :, None]), axis=1)
+        return tf.logical_and(tile_keep, tf.logical_not(suppressed))
+
+    def not_converged(previous, current):
+        return tf.reduce_any(tf.not_equal(previous, current))
+
+    def body(_, current):
+        return current, step(current)
+
+    _, result = tf.while_loop(not_converged, body, (tf.zeros_like(tile_keep), step(tile_keep)))
+    return result
+
+
+def greedy_nms_mask(sorted_boxes, valid, iou_threshold, tile_size=DEFAULT_TILE_SIZE):
+    """Keep mask (B, N) of greedy NMS over boxes (B, N, 4) already sorted by descending score.
+
+    `valid` (B, N) marks real candidates; invalid ones are never kept and suppress nothing.
+    """
+    batch = tf.shape(sorted_boxes)[0]
+    num = tf.shape(sorted_boxes)[1]
+    num_tiles = (num + tile_size - 1) // tile_size
+    padded = num_tiles * tile_size
+    boxes = tf.pad(sorted_boxes, [[0, 0], [0, padded - num], [0, 0]])
+    keep = tf.pad(tf.cast(valid, tf.bool), [[0, 0], [0, padded - num]])
+    positions = tf.range(padded)
+
+    def body(tile, keep):
+        start = tile * tile_size
+        tile_boxes = boxes[:, start : start + tile_size]
+        tile_keep = _self_suppress(tile_boxes, keep[:, start : start + tile_size], iou_threshold)
+        later = positions >= start + tile_size
+        overlaps = _suppresses(pairwise_iou(tile_boxes, boxes), iou_threshold)
+        overlaps = tf.logical_and(overlaps, tile_keep[:, :, None])
+        suppressed = tf.logical_and(tf.reduce_any(overlaps, axis=1), later[None, :])
+        tile_keep_full = tf.pad(tile_keep, [[0, 0], [start, padded - start - tile_size]])
+        in_tile = tf.logical_and(positions >= start, positions < start + tile_size)
+        keep = tf.where(in_tile[None, :], tile_keep_full, tf.logical_and(keep, tf.logical_not(suppressed)))
+        return tile + 1, keep
+
+    _, keep = tf.while_loop(
+        lambda tile, _: tile < num_tiles,
+        body,
+        (tf.constant(0), keep),
+        shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, None])),
+    )
+    keep = keep[:, :num]
+    return tf.ensure_shape(tf.reshape(keep, [batch, num]), sorted_boxes.shape[:2])
+
+
+def batched_nms(boxes, scores, iou_threshold, max_output_size, valid=None, tile_size=DEFAULT_TILE_SIZE):
+    """Detectron-rule NMS on each row of a batch.
+
+    Args:
+      boxes: (B, N, 4) x1,y1,x2,y2. scores: (B, N). valid: optional (B, N) bool of real candidates.
+      max_output_size: int, how many survivors to return per row (Detectron's post-NMS top-N).
+    Returns:
+      indices (B, max_output_size) int32 into N of the kept boxes, by descending score, padded
+      with 0; num_kept (B,) int32, how many of each row are real.
+    """
+    scores = tf.convert_to_tensor(scores)
+    if valid is None:
+        valid = tf.ones_like(scores, dtype=tf.bool)
+    num = tf.shape(scores)[1]
+    masked_scores = tf.where(valid, scores, tf.constant(-float("inf"), scores.dtype))
+    order = tf.math.top_k(masked_scores, k=num, sorted=True).indices
+    sorted_valid = tf.gather(valid, order, batch_dims=1)
+    # Only the real candidates take part; trim the columns no row needs.
+    width = tf.reduce_max(tf.reduce_sum(tf.cast(sorted_valid, tf.int32), axis=1))
+    order = order[:, :width]
+    sorted_valid = sorted_valid[:, :width]
+    sorted_boxes = tf.gather(boxes, order, batch_dims=1)
+    keep = greedy_nms_mask(sorted_boxes, sorted_valid, iou_threshold, tile_size)
+    return _first_kept(order, keep, max_output_size)
+
+
+def _first_kept(order, keep, max_output_size):
+    """The first `max_output_size` kept entries of each row (in sorted order), padded with 0."""
+    width = tf.shape(keep)[1]
+    ranks = tf.cumsum(tf.cast(keep, tf.int32), axis=1) - 1
+    slots = tf.where(keep, ranks, max_output_size)
+    batch = tf.shape(keep)[0]
+    rows = tf.broadcast_to(tf.range(batch)[:, None], [batch, width])
+    targets = tf.stack([rows, slots], axis=-1)
+    in_range = slots < max_output_size
+    indices = tf.scatter_nd(
+        tf.boolean_mask(targets, in_range),
+        tf.boolean_mask(order, in_range),
+        [batch, max_output_size],
+    )
+    num_kept = tf.minimum(tf.reduce_sum(tf.cast(keep, tf.int32), axis=1), max_output_size)
+    return indices, num_kept
+
+
+def per_class_nms(boxes, scores, score_threshold, iou_threshold, max_detections):
+    """Detectron's `box_results_with_nms_and_limit` for one image, as fixed-size tensors.
+
+    Args:
+      boxes: (R, C, 4) class-specific boxes, or (R, 1, 4) class-agnostic ones.
+      scores: (R, C) class probabilities; column 0 is the background and is skipped.
+      score_threshold: candidates need score > threshold (compared in float32, as numpy does).
+    Returns:
+      boxes (D, 4), scores (D,), classes (D,) int32 in 1..C-1, num_detections () int32, with
+      D = max_detections, sorted by descending score and zero-padded. Detectron keeps every
+      detection scoring at least the D-th best, so exact ties at the cut may give it more than D.
+    """
+    num_classes = tf.shape(scores)[1]
+    boxes = tf.broadcast_to(boxes, tf.stack([tf.shape(scores)[0], num_classes, 4]))
+    class_boxes = tf.transpose(boxes[:, 1:, :], [1, 0, 2])
+    class_scores = tf.transpose(scores[:, 1:])
+    valid = class_scores > tf.cast(score_threshold, class_scores.dtype)
+    indices, num_kept = batched_nms(class_boxes, class_scores, iou_threshold, max_detections, valid=valid)
+    slot_valid = tf.range(max_detections)[None, :] < num_kept[:, None]
+    kept_scores = tf.where(slot_valid, tf.gather(class_scores, indices, batch_dims=1), -float("inf"))
+    kept_boxes = tf.gather(class_boxes, indices, batch_dims=1)
+    num_candidates = tf.size(kept_scores)
+    best = tf.math.top_k(tf.reshape(kept_scores, [-1]), k=tf.minimum(max_detections, num_candidates))
+    num_detections = tf.reduce_sum(tf.cast(tf.math.is_finite(best.values), tf.int32))
+    real = tf.range(tf.size(best.values)) < num_detections
+    pad = max_detections - tf.size(best.values)
+    out_boxes = tf.where(real[:, None], tf.gather(tf.reshape(kept_boxes, [-1, 4]), best.indices), 0.0)
+    out_scores = tf.where(real, best.values, 0.0)
+    out_classes = tf.where(real, best.indices // max_detections + 1, 0)
+    return (
+        tf.pad(out_boxes, [[0, pad], [0, 0]]),
+        tf.pad(out_scores, [[0, pad]]),
+        tf.pad(tf.cast(out_classes, tf.int32), [[0, pad]]),
+        num_detections,
+    )
