@@ -1,0 +1,44 @@
+"""What sequence-valued keys may hold beyond their default's type: element type and fixed lengths.
+
+Every key whose default is a tuple or a list has an entry (a test checks it).
+"""
+
+from dataclasses import dataclass
+
+NON_EMPTY = "at least 1"
+
+
+@dataclass(frozen=True)
+class SequenceRule:
+    """Element type of a sequence key (float admits ints) and its shape, one entry per nesting level.
+
+    A shape entry is an exact length or NON_EMPTY; an empty shape means a flat sequence of any length.
+    """
+
+    element: type
+    shape: tuple = ()
+
+
+SEQUENCE_RULES = {
+    "TRAIN.DATASETS": SequenceRule(str),
+    "TRAIN.TARGET_DATASETS": SequenceRule(str),
+    "TRAIN.SCALES": SequenceRule(int, (NON_EMPTY,)),
+    "TRAIN.PROPOSAL_FILES": SequenceRule(str),
+    "TEST.DATASETS": SequenceRule(str),
+    "TEST.PROPOSAL_FILES": SequenceRule(str),
+    "TEST.BBOX_AUG.SCALES": SequenceRule(int),
+    "TEST.BBOX_AUG.ASPECT_RATIOS": SequenceRule(float),
+    "TEST.MASK_AUG.SCALES": SequenceRule(int),
+    "TEST.MASK_AUG.ASPECT_RATIOS": SequenceRule(float),
+    "TEST.KPS_AUG.SCALES": SequenceRule(int),
+    "TEST.KPS_AUG.ASPECT_RATIOS": SequenceRule(float),
+    "MODEL.BBOX_REG_WEIGHTS": SequenceRule(float, (4,)),
+    "RETINANET.ASPECT_RATIOS": SequenceRule(float, (NON_EMPTY,)),
+    "SOLVER.STEPS": SequenceRule(int),
+    "SOLVER.LRS": SequenceRule(float),
+    "RPN.SIZES": SequenceRule(float, (NON_EMPTY,)),
+    "RPN.ASPECT_RATIOS": SequenceRule(float, (NON_EMPTY,)),
+    "FPN.RPN_ASPECT_RATIOS": SequenceRule(float, (NON_EMPTY,)),
+    "PIXEL_MEANS": SequenceRule(float, (1, 1, 3)),
+    "EXPECTED_RESULTS": SequenceRule(object),
+}
