@@ -13,3 +13,6 @@ from tfdet.ops.boxes import (
 )
 from tfdet.ops.nms import batched_nms, per_class_nms
 from tfdet.ops.proposals import generate_proposals, proposal_keep_mask
+from tfdet.ops.keypoints import heatmaps_to_keypoints
+from tfdet.ops.masks import paste_masks, paste_masks_soft
+from tfdet.ops.resize import resize_cubic_cv2, resize_linear_cv2

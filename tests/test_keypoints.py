@@ -1,0 +1,176 @@
+"""Keypoint decoding against Detectron's `heatmaps_to_keypoints`, run literally with numpy + cv2.
+
+cv2 resizes Detectron's 17-channel heatmaps with OpenCV's own INTER_CUBIC kernel (IPP takes only
+1, 3 or 4 channels); our resize reproduces it bit for bit, so the argmax, the positions and the
+logits are identical, and the softmax probabilities differ only by summation order (~1e-8).
+A tiny rounding difference could still move an argmax between two equal-to-1e-6 pixels; the
+checks allow that only at such genuine ties (never observed).
+"""
+
+import cv2
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfdet.ops.keypoints import heatmaps_to_keypoints
+from tfdet.ops.resize import resize_cubic_cv2
+
+NUM_KEYPOINTS = 17
+HEATMAP_SIZE = 56
+POSITION_TOLERANCE = 1e-4
+LOGIT_TOLERANCE = 1e-4
+PROB_TOLERANCE = 1e-6
+TIE_TOLERANCE = 1e-5
+
+
+def detectron_heatmaps_to_keypoints(maps, rois, min_size=0):
+    """detectron/utils/keypoints.py::heatmaps_to_keypoints with NHWC `maps`; returns (N, K, 4)."""
+    offset_x, offset_y = rois[:, 0], rois[:, 1]
+    widths = np.maximum(rois[:, 2] - rois[:, 0], 1)
+    heights = np.maximum(rois[:, 3] - rois[:, 1], 1)
+    widths_ceil, heights_ceil = np.ceil(widths), np.ceil(heights)
+    num_keypoints = maps.shape[-1]
+    xy_preds = np.zeros((len(rois), 4, num_keypoints), dtype=np.float32)
+    for i in range(len(rois)):
+        if min_size > 0:
+            roi_map_width = int(np.maximum(widths_ceil[i], min_size))
+            roi_map_height = int(np.maximum(heights_ceil[i], min_size))
+        else:
+            roi_map_width, roi_map_height = widths_ceil[i], heights_ceil[i]
+        width_correction = widths[i] / roi_map_width
+        height_correction = heights[i] / roi_map_height
+        roi_map = cv2.resize(
+            maps[i], (int(roi_map_width), int(roi_map_height)), interpolation=cv2.INTER_CUBIC
+        ).reshape(int(roi_map_height), int(roi_map_width), num_keypoints)
+        roi_map = np.transpose(roi_map, [2, 0, 1])
+        roi_map_probs = detectron_scores_to_probs(roi_map.copy())
+        w = roi_map.shape[2]
+        for k in range(num_keypoints):
+            pos = roi_map[k, :, :].argmax()
+            x_int = pos % w
+            y_int = (pos - x_int) // w
+            xy_preds[i, 0, k] = (x_int + 0.5) * width_correction + offset_x[i]
+            xy_preds[i, 1, k] = (y_int + 0.5) * height_correction + offset_y[i]
+            xy_preds[i, 2, k] = roi_map[k, y_int, x_int]
+            xy_preds[i, 3, k] = roi_map_probs[k, y_int, x_int]
+    return np.transpose(xy_preds, [0, 2, 1])
+
+
+def detectron_scores_to_probs(scores):
+    """detectron/utils/keypoints.py::scores_to_probs: spatial softmax of each CxHxW channel."""
+    for c in range(scores.shape[0]):
+        temp = scores[c, :, :]
+        max_score = temp.max()
+        scores[c, :, :] = np.exp(temp - max_score) / np.sum(np.exp(temp - max_score))
+    return scores
+
+
+@pytest.fixture(scope="module")
+def decode():
+    """The decoder in a graph with unknown N, as the model runs it."""
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None, HEATMAP_SIZE, HEATMAP_SIZE, NUM_KEYPOINTS], tf.float32),
+            tf.TensorSpec([None, 4], tf.float32),
+        ]
+    )
+    def run(heatmaps, boxes):
+        return heatmaps_to_keypoints(heatmaps, boxes)
+
+    return lambda heatmaps, boxes: run(heatmaps, boxes).numpy()
+
+
+def random_heatmaps(rng, n):
+    """(n, 56, 56, 17) float32 standard-normal logits."""
+    shape = (n, HEATMAP_SIZE, HEATMAP_SIZE, NUM_KEYPOINTS)
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def random_boxes(rng, n, low, high):
+    """Float32 boxes with sides uniform in [low, high) px, anywhere around a 640 x 480 image."""
+    x1 = rng.uniform(-50, 640, n)
+    y1 = rng.uniform(-50, 480, n)
+    x2 = x1 + rng.uniform(low, high, n)
+    y2 = y1 + rng.uniform(low, high, n)
+    return np.stack([x1, y1, x2, y2], axis=1).astype(np.float32)
+
+
+def assert_matches_detectron(keypoints, reference):
+    """Equal up to the tolerances; a moved argmax must be a tie in Detectron's own resized map."""
+    assert keypoints.shape == reference.shape and keypoints.dtype == np.float32
+    moved = np.abs(keypoints[..., :2] - reference[..., :2]).max(axis=-1) > POSITION_TOLERANCE
+    for i, k in zip(*np.nonzero(moved)):
+        assert abs(keypoints[i, k, 2] - reference[i, k, 2]) <= TIE_TOLERANCE, (i, k)
+    kept = ~moved
+    assert moved.sum() <= 2  # observed 0
+    positions, reference_positions = keypoints[kept][:, :2], reference[kept][:, :2]
+    np.testing.assert_allclose(positions, reference_positions, rtol=0, atol=POSITION_TOLERANCE)
+    np.testing.assert_allclose(keypoints[..., 2], reference[..., 2], rtol=0, atol=LOGIT_TOLERANCE)
+    probs, reference_probs = keypoints[kept][:, 3], reference[kept][:, 3]
+    np.testing.assert_allclose(probs, reference_probs, rtol=0, atol=PROB_TOLERANCE)
+
+
+def test_random_heatmaps_match_detectron(rng, decode):
+    heatmaps = random_heatmaps(rng, 40)
+    boxes = random_boxes(rng, 40, 1.5, 300)
+    reference = detectron_heatmaps_to_keypoints(heatmaps, boxes)
+    assert_matches_detectron(decode(heatmaps, boxes), reference)
+
+
+def test_peaked_heatmaps_give_exact_positions(rng, decode):
+    """One clear maximum per map: positions and logits must be exactly Detectron's."""
+    n = 20
+    heatmaps = 0.1 * random_heatmaps(rng, n)
+    rows = rng.integers(0, HEATMAP_SIZE, (n, NUM_KEYPOINTS))
+    cols = rng.integers(0, HEATMAP_SIZE, (n, NUM_KEYPOINTS))
+    heatmaps[np.arange(n)[:, None], rows, cols, np.arange(NUM_KEYPOINTS)[None, :]] += 8.0
+    boxes = random_boxes(rng, n, 20, 400)
+    keypoints = decode(heatmaps, boxes)
+    reference = detectron_heatmaps_to_keypoints(heatmaps, boxes)
+    np.testing.assert_array_equal(keypoints[..., :3], reference[..., :3])
+    np.testing.assert_allclose(keypoints[..., 3], reference[..., 3], rtol=0, atol=PROB_TOLERANCE)
+
+
+def test_small_and_degenerate_boxes(rng, decode):
+    """Sides under 1 px, zero and negative are raised to 1 px (a 1 x 1 map) as Detectron does."""
+    boxes = np.array(
+        [
+            [10.2, 20.7, 10.9, 21.1],
+            [5.0, 5.0, 5.0, 5.0],
+            [30.0, 40.0, 29.0, 38.5],
+            [0.0, 0.0, 1.5, 0.25],
+            [100.25, 7.5, 101.0, 60.0],
+        ],
+        np.float32,
+    )
+    heatmaps = random_heatmaps(rng, len(boxes))
+    reference = detectron_heatmaps_to_keypoints(heatmaps, boxes)
+    assert_matches_detectron(decode(heatmaps, boxes), reference)
+
+
+def test_inference_min_size(rng):
+    """cfg.KRCNN.INFERENCE_MIN_SIZE > 0 resizes small boxes' maps to at least that size."""
+    heatmaps = random_heatmaps(rng, 6)
+    boxes = random_boxes(rng, 6, 2, 120)
+    reference = detectron_heatmaps_to_keypoints(heatmaps, boxes, min_size=64)
+    keypoints = heatmaps_to_keypoints(heatmaps, boxes, min_size=64).numpy()
+    assert_matches_detectron(keypoints, reference)
+
+
+def test_no_boxes(rng, decode):
+    keypoints = decode(random_heatmaps(rng, 0), np.zeros((0, 4), np.float32))
+    assert keypoints.shape == (0, NUM_KEYPOINTS, 4)
+
+
+@pytest.mark.parametrize(
+    "out_height, out_width",
+    [(300, 211), (57, 56), (17, 9), (1, 1), (2, 130)],
+    ids=["up", "up-by-one", "down", "to-one-pixel", "mixed"],
+)
+def test_resize_cubic_matches_cv2(rng, out_height, out_width):
+    """The resize op alone equals cv2 INTER_CUBIC exactly (observed max |error| 0)."""
+    heatmap = rng.standard_normal((HEATMAP_SIZE, HEATMAP_SIZE, NUM_KEYPOINTS)).astype(np.float32)
+    expected = cv2.resize(heatmap, (out_width, out_height), interpolation=cv2.INTER_CUBIC)
+    resized = resize_cubic_cv2(heatmap, out_height, out_width).numpy()
+    np.testing.assert_array_equal(resized, expected.reshape(out_height, out_width, NUM_KEYPOINTS))
