@@ -1,0 +1,22 @@
+"""AffineChannel: Detectron's frozen batch norm, exactly y = x * scale + bias per channel."""
+
+import keras
+
+
+class AffineChannel(keras.layers.Layer):
+    """Per-channel `x * scale + bias` with no epsilon or statistics (BN folded into scale/bias).
+
+    Detectron trains with these frozen, so the weights are non-trainable by default. Porting maps
+    the blobs `<name>_s` and `<name>_b` onto `scale` and `bias`.
+    """
+
+    def __init__(self, trainable=False, **kwargs):
+        super().__init__(trainable=trainable, **kwargs)
+
+    def build(self, input_shape):
+        channels = input_shape[-1]
+        self.scale = self.add_weight(name="scale", shape=(channels,), initializer="ones")
+        self.bias = self.add_weight(name="bias", shape=(channels,), initializer="zeros")
+
+    def call(self, inputs):
+        return inputs * keras.ops.cast(self.scale, inputs.dtype) + keras.ops.cast(self.bias, inputs.dtype)
