@@ -1,0 +1,218 @@
+"""tfdet.ops.roi_align against a float64 numpy loop written from Caffe2's RoIAlign kernel
+(caffe2/operators/roi_align_op.cc; detectron2's ROIAlign_cpu.cpp for aligned=True)."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfdet.ops.roi_align import roi_align
+
+FLOAT32_TOL = 2e-5  # abs, float32 op vs float64 reference on N(0, 1) features
+FLOAT64_TOL = 1e-10  # abs, float64 op vs float64 reference
+GRADIENT_TOL = 1e-8  # abs, theoretical vs numeric Jacobian entries (the op is linear in the features)
+
+
+def reference_roi_align(features, boxes, box_indices, output_size, spatial_scale, sampling_ratio,
+                        aligned=False):
+    """Caffe2 RoIAlignForward (aligned=False) / detectron2 ROIAlignV2 (aligned=True), one sample at a time."""
+    out_h, out_w = output_size
+    pooled = np.zeros((len(boxes), out_h, out_w, features.shape[-1]))
+    offset = 0.5 if aligned else 0.0
+    for r, (box, image) in enumerate(zip(boxes, box_indices)):
+        x1, y1, x2, y2 = (float(v) * spatial_scale - offset for v in box)
+        roi_w, roi_h = x2 - x1, y2 - y1
+        if not aligned:
+            roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
+        bin_h, bin_w = roi_h / out_h, roi_w / out_w
+        grid_h = sampling_ratio if sampling_ratio > 0 else math.ceil(roi_h / out_h)
+        grid_w = sampling_ratio if sampling_ratio > 0 else math.ceil(roi_w / out_w)
+        count = max(grid_h * grid_w, 1)
+        for ph in range(out_h):
+            for pw in range(out_w):
+                total = 0.0
+                for iy in range(grid_h):
+                    y = y1 + ph * bin_h + (iy + 0.5) * bin_h / grid_h
+                    for ix in range(grid_w):
+                        x = x1 + pw * bin_w + (ix + 0.5) * bin_w / grid_w
+                        total = total + bilinear(features[image], y, x)
+                pooled[r, ph, pw] = total / count
+    return pooled
+
+
+def bilinear(feature_map, y, x):
+    """Caffe2's bilinear_interpolate: zero outside [-1, H] x [-1, W], clamped at the borders."""
+    height, width = feature_map.shape[:2]
+    if y < -1.0 or y > height or x < -1.0 or x > width:
+        return 0.0
+    y, x = max(y, 0.0), max(x, 0.0)
+    y_low, x_low = int(y), int(x)
+    if y_low >= height - 1:
+        y_low = y_high = height - 1
+        y = float(y_low)
+    else:
+        y_high = y_low + 1
+    if x_low >= width - 1:
+        x_low = x_high = width - 1
+        x = float(x_low)
+    else:
+        x_high = x_low + 1
+    ly, lx = y - y_low, x - x_low
+    hy, hx = 1.0 - ly, 1.0 - lx
+    return (hy * hx * feature_map[y_low, x_low] + hy * lx * feature_map[y_low, x_high]
+            + ly * hx * feature_map[y_high, x_low] + ly * lx * feature_map[y_high, x_high])
+
+
+def adaptive_grids(boxes, output_size, spatial_scale, aligned):
+    """The set of adaptive grid sizes (both axes) the kernel uses for these boxes."""
+    offset = 0.5 if aligned else 0.0
+    sides = (boxes[:, 2:] * spatial_scale - offset) - (boxes[:, :2] * spatial_scale - offset)
+    if not aligned:
+        sides = np.maximum(sides, 1.0)
+    return set(np.ceil(sides / np.array(output_size)[::-1]).astype(int).ravel())
+
+
+def random_case(rng, num_images=3, height=11, width=17, channels=5, num_rois=40, stride=4,
+                max_side=120.0):
+    """N(0, 1) features and boxes with centres around and beyond the image, sides in [0, max_side]."""
+    features = rng.standard_normal((num_images, height, width, channels))
+    image_size = np.array([width, height]) * stride
+    centres = rng.uniform(-0.3, 1.3, size=(num_rois, 2)) * image_size
+    sides = rng.uniform(0.0, max_side, size=(num_rois, 2))
+    boxes = np.concatenate([centres - sides / 2, centres + sides / 2], axis=1)
+    return features, boxes, rng.integers(0, num_images, size=num_rois).astype(np.int32)
+
+
+def run_float32(features, boxes, box_indices, output_size, spatial_scale, sampling_ratio, aligned=False):
+    """roi_align on float32 copies of numpy inputs, as a numpy array."""
+    return roi_align(tf.constant(features, tf.float32), tf.constant(boxes, tf.float32),
+                     tf.constant(box_indices, tf.int32), output_size, spatial_scale, sampling_ratio,
+                     aligned).numpy()
+
+
+def assert_close(actual, expected, tol):
+    """Element-wise |actual - expected| <= tol; prints the largest error (shown by pytest -s)."""
+    assert actual.shape == expected.shape
+    error = float(np.max(np.abs(actual - expected))) if actual.size else 0.0
+    print(f"max abs error {error:.3g} (tol {tol:g})")
+    assert error <= tol
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+@pytest.mark.parametrize("sampling_ratio", [0, 1, 2, 3])
+def test_matches_reference_on_random_boxes(rng, sampling_ratio, aligned):
+    features, boxes, box_indices = random_case(rng)
+    output_size = (5, 4)
+    expected = reference_roi_align(features, boxes, box_indices, output_size, 0.25, sampling_ratio, aligned)
+    actual = run_float32(features, boxes, box_indices, output_size, 0.25, sampling_ratio, aligned)
+    assert_close(actual, expected, FLOAT32_TOL)
+    if sampling_ratio == 0:
+        assert {1, 2, 3, 4, 5} <= adaptive_grids(boxes, output_size, 0.25, aligned)
+
+
+@pytest.mark.parametrize("sampling_ratio", [0, 2])
+def test_float64_matches_reference_to_rounding(rng, sampling_ratio):
+    features, boxes, box_indices = random_case(rng, num_rois=20)
+    expected = reference_roi_align(features, boxes, box_indices, (3, 6), 0.25, sampling_ratio)
+    actual = roi_align(tf.constant(features), tf.constant(boxes), box_indices, (3, 6), 0.25,
+                       sampling_ratio).numpy()
+    assert_close(actual, expected, FLOAT64_TOL)
+
+
+EDGE_BOXES = np.array([
+    [-100.0, -100.0, -60.0, -50.0],  # fully outside, above-left
+    [200.0, 10.0, 260.0, 30.0],  # fully outside, right of the map
+    [-20.0, -12.0, 30.0, 25.0],  # partly outside
+    [30.0, 50.0, 70.0, 90.0],  # partly outside, bottom-right
+    [12.0, 8.0, 12.0, 30.0],  # zero width
+    [12.0, 8.0, 40.0, 8.0],  # zero height
+    [12.0, 8.0, 12.0, 8.0],  # a point
+    [-4.0, -4.0, 44.0, 68.0],  # exactly [-1, W] x [-1, H] in feature cells
+    [0.0, 0.0, 43.9, 67.9],  # the whole map
+    [30.0, 20.0, 25.0, 10.0],  # x2 < x1 and y2 < y1 (legacy: forced to 1x1)
+])
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+@pytest.mark.parametrize("sampling_ratio", [0, 2])
+def test_boxes_outside_and_degenerate(rng, sampling_ratio, aligned):
+    features = rng.standard_normal((1, 17, 11, 4))  # H=17, W=11 at stride 4: 44 x 68 input pixels
+    boxes = EDGE_BOXES if not aligned else EDGE_BOXES[:-1]  # detectron2 rejects negative sizes
+    box_indices = np.zeros(len(boxes), np.int32)
+    expected = reference_roi_align(features, boxes, box_indices, (4, 3), 0.25, sampling_ratio, aligned)
+    actual = run_float32(features, boxes, box_indices, (4, 3), 0.25, sampling_ratio, aligned)
+    assert_close(actual, expected, FLOAT32_TOL)
+    assert np.all(actual[:2] == 0.0)
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+@pytest.mark.parametrize("sampling_ratio", [0, 2])
+def test_one_by_one_feature_map(rng, sampling_ratio, aligned):
+    features = rng.standard_normal((2, 1, 1, 3))
+    boxes = np.array([[0.0, 0.0, 16.0, 16.0], [-20.0, -8.0, 40.0, 20.0], [4.0, 4.0, 5.0, 9.0],
+                      [-40.0, 0.0, -20.0, 16.0]])
+    box_indices = np.array([0, 1, 1, 0], np.int32)
+    expected = reference_roi_align(features, boxes, box_indices, (2, 2), 1 / 16, sampling_ratio, aligned)
+    actual = run_float32(features, boxes, box_indices, 2, 1 / 16, sampling_ratio, aligned)
+    assert_close(actual, expected, FLOAT32_TOL)
+
+
+@pytest.mark.parametrize("sampling_ratio", [0, 2])
+def test_box_indices_select_the_image(rng, sampling_ratio):
+    features = rng.standard_normal((2, 8, 8, 2))
+    boxes = np.array([[3.0, 5.0, 20.0, 27.0]] * 2)
+    forward = run_float32(features, boxes, np.array([0, 1]), (3, 3), 0.25, sampling_ratio)
+    swapped = run_float32(features[::-1], boxes, np.array([1, 0]), (3, 3), 0.25, sampling_ratio)
+    expected = reference_roi_align(features, boxes, [0, 1], (3, 3), 0.25, sampling_ratio)
+    assert_close(forward, expected, FLOAT32_TOL)
+    np.testing.assert_array_equal(forward, swapped)
+    assert not np.allclose(forward[0], forward[1])
+
+
+@pytest.mark.parametrize("sampling_ratio", [0, 2])
+def test_no_rois_gives_empty_output(sampling_ratio):
+    features = tf.zeros([2, 6, 7, 3])
+    pooled = roi_align(features, tf.zeros([0, 4]), tf.zeros([0], tf.int32), (7, 5), 0.25, sampling_ratio)
+    assert pooled.shape == (0, 7, 5, 3)
+
+
+SIGNATURE = [tf.TensorSpec([None, None, None, None], tf.float32), tf.TensorSpec([None, 4], tf.float32),
+             tf.TensorSpec([None], tf.int32)]
+
+
+@pytest.mark.parametrize("sampling_ratio", [0, 2])
+def test_tf_function_with_unknown_shapes(rng, sampling_ratio):
+    features, boxes, box_indices = random_case(rng, num_rois=12)
+    traced = tf.function(lambda f, b, i: roi_align(f, b, i, (3, 4), 0.25, sampling_ratio),
+                         input_signature=SIGNATURE)
+    assert traced.get_concrete_function().structured_outputs.shape.as_list() == [None, 3, 4, None]
+    expected = reference_roi_align(features, boxes, box_indices, (3, 4), 0.25, sampling_ratio)
+    actual = traced(tf.constant(features, tf.float32), tf.constant(boxes, tf.float32), box_indices).numpy()
+    assert_close(actual, expected, FLOAT32_TOL)
+    empty = traced(tf.zeros([1, 5, 5, 2]), tf.zeros([0, 4]), tf.zeros([0], tf.int32))
+    assert empty.shape == (0, 3, 4, 2)
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+@pytest.mark.parametrize("sampling_ratio", [0, 2])
+def test_xla_matches_eager(rng, sampling_ratio, aligned):
+    features, boxes, box_indices = random_case(rng, num_rois=16)
+    args = (tf.constant(features, tf.float32), tf.constant(boxes, tf.float32), tf.constant(box_indices))
+    compiled = tf.function(lambda f, b, i: roi_align(f, b, i, (4, 3), 0.25, sampling_ratio, aligned),
+                           jit_compile=True)
+    eager = roi_align(*args, (4, 3), 0.25, sampling_ratio, aligned).numpy()
+    assert_close(compiled(*args).numpy(), eager, 1e-5)
+    assert compiled(args[0], args[1][:0], args[2][:0]).shape == (0, 4, 3, 5)
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+@pytest.mark.parametrize("sampling_ratio", [0, 2])
+def test_gradient_matches_numeric(rng, sampling_ratio, aligned):
+    features = tf.constant(rng.standard_normal((2, 4, 5, 2)))
+    boxes = tf.constant([[1.3, 2.1, 14.7, 11.2], [-3.0, 5.5, 9.2, 19.0], [6.1, 0.4, 30.0, 9.9]], tf.float64)
+    box_indices = tf.constant([1, 0, 1])
+    theoretical, numeric = tf.test.compute_gradient(
+        lambda f: roi_align(f, boxes, box_indices, (2, 3), 0.25, sampling_ratio, aligned), [features])
+    assert np.abs(theoretical[0]).max() > 0.1
+    assert_close(theoretical[0], numeric[0], GRADIENT_TOL)

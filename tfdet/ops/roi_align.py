@@ -1,0 +1,201 @@
+"""RoIAlign as a composite of stock TensorFlow ops (no custom kernel, loads in TF Serving, runs under XLA).
+
+Semantics are those of Caffe2's ``RoIAlign`` (the kernel Detectron's weights were trained with, also
+maskrcnn-benchmark's ``ROIAlign_cpu.cpp``) and, with ``aligned=True``, of detectron2's ROIAlignV2:
+
+* RoI start ``x1 * scale - offset``, end ``x2 * scale - offset`` (``offset`` 0.5 when aligned, else 0);
+  legacy RoIs are at least 1x1 (``max(end - start, 1)``), aligned RoIs keep their size (even 0);
+* ``bin = size / pooled``; grid ``sampling_ratio`` per axis, or ``ceil(size / pooled)`` per RoI and axis
+  when ``sampling_ratio == 0``; samples at ``start + p * bin + (i + 0.5) * bin / grid``;
+* bilinear sampling: 0 when ``y < -1 or y > H`` (same for x), ``y <= 0 -> 0``, ``y >= H - 1 -> H - 1``;
+* each bin is the plain average of its ``grid_h * grid_w`` samples (invalid samples count as zeros);
+  an aligned RoI of size 0 with an adaptive grid has no samples and pools to 0.
+
+Both formulations use that the bilinear weight of a sample, its validity and the average over the
+grid all factor into a row part and a column part:
+
+* fixed grid (``sampling_ratio > 0``): each bin reads ``2 * grid`` row taps and ``2 * grid`` column taps;
+  for every (row tap, column tap) pair one gather of a (R, out_h, out_w, C) block is weighted and summed,
+  so memory stays at O(R * out_h * out_w * C) instead of O(4 * grid**2) times that;
+* adaptive grid (``sampling_ratio == 0``): the number of samples depends on the data, which XLA cannot
+  shape statically. Instead the exact per-axis weight matrices (R, out_h, H) and (R, out_w, W) are built
+  (a pixel receives at most four samples of one bin, found arithmetically), and ``rows @ F @ cols^T`` is
+  evaluated with matrix products over chunks of RoIs. Exact for RoIs of any size, static shapes, no
+  ``max_sampling_ratio`` bound; cost O(R * out * H * W * C), which suits C4 heads on stride-16 maps.
+"""
+
+import numbers
+
+import tensorflow as tf
+
+# Per-pixel window of consecutive samples examined by the adaptive path: a pixel receives at most 4
+# samples of one bin (adaptive spacing > 0.5 px), plus one of slack on each side for rounding.
+_ADAPTIVE_SAMPLE_WINDOW = 6
+# Elements of the (chunk, out_h, W, C) intermediate of the adaptive path: 64 MB in float32.
+_DENSE_CHUNK_ELEMENTS = 1 << 24
+
+
+def roi_align(features, boxes, box_indices, output_size, spatial_scale, sampling_ratio, aligned=False):
+    """Pool each box of `boxes` (R, 4: x1, y1, x2, y2 in input pixels) from image `box_indices` of
+    `features` (N, H, W, C) into (R, out_h, out_w, C) with Detectron's RoIAlign.
+
+    `output_size` is an int or (out_h, out_w); `spatial_scale` maps input pixels to feature cells
+    (1/stride); `sampling_ratio` (a Python int) is the sampling grid per bin and axis, 0 for adaptive.
+    Differentiable w.r.t. `features`; boxes are treated as constants.
+    """
+    out_h, out_w = _pair(output_size)
+    features = tf.convert_to_tensor(features)
+    boxes = tf.stop_gradient(tf.convert_to_tensor(boxes))
+    box_indices = tf.cast(box_indices, tf.int32)
+    if sampling_ratio > 0:
+        shape = tf.shape(features)
+        return roi_align_flat(
+            _pixel_table(features), box_indices * shape[1] * shape[2], boxes, spatial_scale,
+            shape[1], shape[2], (out_h, out_w), sampling_ratio, aligned)
+    return _roi_align_adaptive(features, boxes, box_indices, (out_h, out_w), spatial_scale, aligned)
+
+
+def roi_align_flat(pixel_table, image_offsets, boxes, spatial_scale, height, width, output_size,
+                   sampling_ratio, aligned=False):
+    """RoIAlign with a fixed grid over a (pixels, C) table holding feature maps row-major, so that
+    RoIs of different images or pyramid levels are pooled in one pass.
+
+    Per RoI (or broadcast scalars): `image_offsets` is the table row of its map's pixel (0, 0),
+    `spatial_scale`, `height` and `width` those of its map. Returns (R, out_h, out_w, C).
+    """
+    out_h, out_w = _pair(output_size)
+    rows, row_weights = _axis_taps(boxes[:, 1], boxes[:, 3], spatial_scale, out_h, sampling_ratio,
+                                   height, aligned)
+    cols, col_weights = _axis_taps(boxes[:, 0], boxes[:, 2], spatial_scale, out_w, sampling_ratio,
+                                   width, aligned)
+    row_starts = (tf.reshape(image_offsets, [-1, 1, 1])
+                  + rows * tf.reshape(tf.cast(width, tf.int32), [-1, 1, 1]))
+    weight_dtype = pixel_table.dtype
+    row_weights = tf.cast(row_weights, weight_dtype)
+    col_weights = tf.cast(col_weights, weight_dtype)
+    pooled = None
+    for a in range(2 * sampling_ratio):
+        for b in range(2 * sampling_ratio):
+            pixels = row_starts[:, :, None, a] + cols[:, None, :, b]
+            weights = row_weights[:, :, None, a] * col_weights[:, None, :, b]
+            term = tf.gather(pixel_table, pixels) * weights[..., None]
+            pooled = term if pooled is None else pooled + term
+    return pooled
+
+
+def _pair(output_size):
+    """(out_h, out_w) from an int or a pair."""
+    if isinstance(output_size, numbers.Integral):
+        return int(output_size), int(output_size)
+    out_h, out_w = output_size
+    return int(out_h), int(out_w)
+
+
+def _pixel_table(features):
+    """Features (N, H, W, C) as a (N*H*W, C) table, keeping C static when it is known."""
+    channels = features.shape[-1] if features.shape[-1] is not None else tf.shape(features)[-1]
+    return tf.reshape(features, [-1, channels])
+
+
+def _axis_geometry(low, high, spatial_scale, pooled, aligned):
+    """Per-RoI start, bin size and extent along one axis, in feature cells, as the kernels compute them."""
+    offset = 0.5 if aligned else 0.0
+    start = low * spatial_scale - offset
+    extent = (high * spatial_scale - offset) - start
+    if not aligned:
+        extent = tf.maximum(extent, 1.0)
+    return start, extent / pooled, extent
+
+
+def _sample_position(start, bin_size, bin_index, sample_index, grid):
+    """Coordinate of sample `sample_index` of bin `bin_index`, in the kernels' order of operations."""
+    return start + bin_index * bin_size + (sample_index + 0.5) * bin_size / grid
+
+
+def _axis_taps(low, high, spatial_scale, pooled, grid, length, aligned):
+    """Fixed-grid pixel taps along one axis: indices (R, pooled, 2*grid) int32 and their bilinear
+    weights, divided by the grid and zeroed for samples outside [-1, length]."""
+    start, bin_size, _ = _axis_geometry(low, high, spatial_scale, pooled, aligned)
+    dtype = start.dtype
+    samples = _sample_position(
+        start[:, None, None], bin_size[:, None, None],
+        tf.range(pooled, dtype=dtype)[None, :, None], tf.range(grid, dtype=dtype)[None, None, :], grid)
+    length = tf.reshape(tf.cast(length, dtype), [-1, 1, 1])
+    valid = tf.cast((samples >= -1.0) & (samples <= length), dtype) / grid
+    clamped = tf.maximum(samples, 0.0)
+    low_tap = tf.floor(clamped)
+    at_last = low_tap >= length - 1.0
+    low_tap = tf.where(at_last, length - 1.0, low_tap)
+    high_tap = tf.where(at_last, low_tap, low_tap + 1.0)
+    high_weight = tf.where(at_last, tf.zeros_like(clamped), clamped - low_tap)
+    taps = tf.reshape(tf.stack([low_tap, high_tap], -1), [-1, pooled, 2 * grid])
+    weights = tf.stack([(1.0 - high_weight) * valid, high_weight * valid], -1)
+    return tf.cast(taps, tf.int32), tf.reshape(weights, [-1, pooled, 2 * grid])
+
+
+def _roi_align_adaptive(features, boxes, box_indices, output_size, spatial_scale, aligned):
+    """RoIAlign with Caffe2's adaptive grid, as rows @ features @ cols^T with exact dense weights."""
+    out_h, out_w = output_size
+    shape = tf.shape(features)
+    row_weights = _adaptive_axis_weights(boxes[:, 1], boxes[:, 3], spatial_scale, out_h, shape[1], aligned)
+    col_weights = _adaptive_axis_weights(boxes[:, 0], boxes[:, 2], spatial_scale, out_w, shape[2], aligned)
+    return _contract_dense(features, tf.cast(row_weights, features.dtype),
+                           tf.cast(col_weights, features.dtype), box_indices)
+
+
+def _adaptive_axis_weights(low, high, spatial_scale, pooled, length, aligned):
+    """Dense (R, pooled, length) weights of every pixel in every bin along one axis, adaptive grid.
+
+    A pixel h only receives samples in [h - 1, h + 1] (the clamped border pixels included), and
+    adaptive samples are more than 0.5 px apart, so a window of consecutive sample indices starting
+    just before the first sample >= h - 1 covers all of them.
+    """
+    start, bin_size, extent = _axis_geometry(low, high, spatial_scale, pooled, aligned)
+    dtype = start.dtype
+    grid = tf.math.ceil(extent / pooled)[:, None, None, None]
+    bins = tf.range(pooled, dtype=dtype)[None, :, None, None]
+    pixels = tf.range(tf.cast(length, dtype), dtype=dtype)[None, None, :, None]
+    start = start[:, None, None, None]
+    bin_size = bin_size[:, None, None, None]
+    spacing = tf.math.divide_no_nan(bin_size, grid)
+    first_reaching = tf.math.ceil(
+        tf.math.divide_no_nan(pixels - 1.0 - (start + bins * bin_size), spacing) - 0.5)
+    window_start = tf.clip_by_value(first_reaching - 1.0, 0.0,
+                                    tf.maximum(grid - _ADAPTIVE_SAMPLE_WINDOW, 0.0))
+    sample_index = window_start + tf.range(_ADAPTIVE_SAMPLE_WINDOW, dtype=dtype)
+    samples = _sample_position(start, bin_size, bins, sample_index, grid)
+    last_pixel = tf.cast(length, dtype) - 1.0
+    counted = (sample_index < grid) & (samples >= -1.0) & (samples <= last_pixel + 1.0)
+    hat = tf.nn.relu(1.0 - tf.abs(tf.clip_by_value(samples, 0.0, last_pixel) - pixels))
+    weights = tf.reduce_sum(tf.where(counted, hat, tf.zeros_like(hat)), axis=-1)
+    return weights / tf.maximum(grid[..., 0], 1.0)
+
+
+def _contract_dense(features, row_weights, col_weights, box_indices):
+    """out[r] = row_weights[r] @ features[box_indices[r]] @ col_weights[r]^T per channel, by GEMMs
+    over chunks of RoIs (bounded intermediate); the image is selected by a one-hot over the batch."""
+    shape = tf.shape(features)
+    num_images, height, width = shape[0], shape[1], shape[2]
+    channels = features.shape[-1] if features.shape[-1] is not None else shape[3]
+    out_h, out_w = row_weights.shape[1], col_weights.shape[1]
+    num_rois = tf.shape(row_weights)[0]
+    image_one_hot = tf.one_hot(box_indices, num_images, dtype=row_weights.dtype)
+    image_rows = tf.reshape(row_weights[:, :, None, :] * image_one_hot[:, None, :, None],
+                            [num_rois, out_h, num_images * height])
+    table = tf.reshape(features, [num_images * height, width * channels])
+    chunk = tf.maximum(1, _DENSE_CHUNK_ELEMENTS // (out_h * width * channels))
+    num_chunks = tf.maximum((num_rois + chunk - 1) // chunk, 1)
+
+    def in_chunks(weights):
+        padded = tf.pad(weights, [[0, num_chunks * chunk - num_rois], [0, 0], [0, 0]])
+        return tf.reshape(padded, tf.concat([[num_chunks, chunk], tf.shape(weights)[1:]], 0))
+
+    def pool_chunk(chunk_weights):
+        rows, cols = chunk_weights
+        row_pooled = tf.matmul(tf.reshape(rows, [-1, num_images * height]), table)
+        row_pooled = tf.reshape(row_pooled, [-1, out_h, width, channels])
+        return tf.matmul(cols[:, None], row_pooled)
+
+    pooled = tf.map_fn(pool_chunk, (in_chunks(image_rows), in_chunks(col_weights)),
+                       fn_output_signature=features.dtype)
+    return tf.reshape(pooled, [-1, out_h, out_w, channels])[:num_rois]
