@@ -1,0 +1,95 @@
+"""Predictor: BGR images in, Detectron's detections out (im_detect_all without test-time augmentation)."""
+
+import numpy as np
+import tensorflow as tf
+
+from tfdet.config import Config, load_config
+from tfdet.modeling import build_model
+from tfdet.ops.masks import paste_masks
+from tfdet.preprocessing import batch_images, prepare_image
+
+
+class Predictor:
+    """Runs a generalized R-CNN on images given as H x W x 3 uint8 BGR arrays (as cv2.imread gives).
+
+    `cfg` is a Config or a path to a Detectron YAML; `weights` a `.weights.h5` file of ours, a
+    Detectron `.pkl` (ported on the fly), or None for the builder's random initialisation.
+    """
+
+    def __init__(self, cfg, weights=None):
+        self.cfg = cfg if isinstance(cfg, Config) else load_config(cfg)
+        self.model = build_model(self.cfg)
+        if weights is not None:
+            load_weights(self.model, self.cfg, weights)
+        self._run = tf.function(
+            self.model,
+            input_signature=[
+                {
+                    "images": tf.TensorSpec([None, None, None, 3], tf.float32),
+                    "image_info": tf.TensorSpec([None, 3], tf.float32),
+                }
+            ],
+            reduce_retracing=True,
+        )
+        self._paste = tf.function(
+            paste_masks,
+            input_signature=[
+                tf.TensorSpec([None, None, None], tf.float32),
+                tf.TensorSpec([None, 4], tf.float32),
+                tf.TensorSpec([], tf.int32),
+                tf.TensorSpec([], tf.int32),
+                tf.TensorSpec([], tf.float32),
+            ],
+        )
+
+    def predict(self, image):
+        """Detections of one image, or a list of results for a list of images (sizes may differ).
+
+        Returns numpy arrays sorted by descending score: `boxes` (N, 4) float32 x1,y1,x2,y2 in
+        input pixels, `scores` (N,), `classes` (N,) int32 in 1..NUM_CLASSES-1, `masks` (N, H, W)
+        bool when MASK_ON, `keypoints` (N, K, 3) float32 x, y, heatmap logit when KEYPOINTS_ON
+        (Detectron thresholds keypoints on that logit: --kp-thresh 2).
+        """
+        if isinstance(image, (list, tuple)):
+            return self._predict_batch(list(image))
+        return self._predict_batch([image])[0]
+
+    def _predict_batch(self, images):
+        test = self.cfg.TEST
+        prepared = [prepare_image(im, self.cfg.PIXEL_MEANS, test.SCALE, test.MAX_SIZE) for im in images]
+        stride = self.cfg.FPN.COARSEST_STRIDE if self.cfg.FPN.FPN_ON else 0
+        blob = batch_images([p[0] for p in prepared], stride)
+        info = np.array([[im.shape[0], im.shape[1], scale] for im, (_, scale) in zip(images, prepared)], np.float32)
+        outputs = {k: v.numpy() for k, v in self._run({"images": blob, "image_info": info}).items()}
+        return [self._image_results(outputs, i, images[i].shape[:2]) for i in range(len(images))]
+
+    def _image_results(self, outputs, index, image_size):
+        count = int(outputs["num_detections"][index])
+        result = {
+            "boxes": outputs["boxes"][index, :count].astype(np.float32),
+            "scores": outputs["scores"][index, :count].astype(np.float32),
+            "classes": outputs["classes"][index, :count].astype(np.int32),
+        }
+        if "mask_probs" in outputs:
+            masks = self._paste(
+                outputs["mask_probs"][index, :count],
+                result["boxes"],
+                np.int32(image_size[0]),
+                np.int32(image_size[1]),
+                np.float32(self.cfg.MRCNN.THRESH_BINARIZE),
+            )
+            result["masks"] = masks.numpy()
+        if "keypoints" in outputs:
+            result["keypoints"] = outputs["keypoints"][index, :count, :, :3].astype(np.float32)
+        return result
+
+
+def load_weights(model, cfg, weights):
+    """Load `weights` into `model`: our `.weights.h5`, or a Detectron `.pkl` through porting."""
+    path = str(weights)
+    if path.endswith(".pkl"):
+        from porting import load_detectron_weights  # porting builds on tfdet, never the reverse at import
+
+        load_detectron_weights(model, cfg, path)
+    else:
+        model.load_weights(path)

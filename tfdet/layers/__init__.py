@@ -1,0 +1,5 @@
+"""Keras layers: weight-carrying layers named after Detectron blobs, and wrappers of tfdet.ops."""
+
+from tfdet.layers.affine_channel import AffineChannel
+from tfdet.layers.caffe_conv import CaffeConv2D
+from tfdet.layers.flatten_dense import FlattenDense

@@ -1,0 +1,153 @@
+"""Detection post-processing layers: Detectron's im_detect_bbox + box_results_with_nms_and_limit,
+and the per-detection selection of mask and keypoint outputs."""
+
+import keras
+import tensorflow as tf
+
+from tfdet.ops.boxes import clip_boxes, decode_boxes
+from tfdet.ops.keypoints import heatmaps_to_keypoints
+from tfdet.ops.nms import per_class_nms
+
+
+class ScaleBoxes(keras.layers.Layer):
+    """Boxes (B, N, 4) in original pixels -> input pixels: times each image's scale (image_info[:, 2]).
+
+    Detectron's `_get_rois_blob(boxes, im_scale)`, for mask/keypoint RoIs and given proposals.
+    """
+
+    def call(self, boxes, image_info):
+        return boxes * tf.cast(image_info, boxes.dtype)[:, 2, None, None]
+
+    def compute_output_shape(self, boxes_shape, image_info_shape):
+        return boxes_shape
+
+
+class FlattenRoIs(keras.layers.Layer):
+    """Per-image boxes (B, N, 4) -> RoIs (B*N, 4) and their image indices (B*N,)."""
+
+    def call(self, boxes):
+        batch, num = tf.shape(boxes)[0], tf.shape(boxes)[1]
+        indices = tf.repeat(tf.range(batch, dtype=tf.int32), num)
+        return tf.reshape(boxes, [-1, 4]), indices
+
+    def compute_output_spec(self, boxes):
+        return keras.KerasTensor((None, 4), "float32"), keras.KerasTensor((None,), "int32")
+
+
+class DetectionOutput(keras.layers.Layer):
+    """Box head outputs -> final detections of each image, in original-image pixels.
+
+    As Detectron: proposals are divided by the image scale *before* decoding (the +1 widths make
+    that differ from decoding first), class-agnostic models use the last 4 deltas, boxes are
+    clipped to the original image, then per-class NMS and the DETECTIONS_PER_IM limit.
+    Called on `[rois (B, N, 4) input pixels, num_rois (B,), cls_prob (B*N, C), bbox_pred (B*N, 4K),
+    image_info (B, 3) = (original height, width, scale)]`.
+    """
+
+    def __init__(self, bbox_reg_weights, apply_regression, score_threshold, nms_threshold, detections_per_image, **kwargs):
+        super().__init__(**kwargs)
+        self.bbox_reg_weights = tuple(float(w) for w in bbox_reg_weights)
+        self.apply_regression = bool(apply_regression)
+        self.score_threshold = float(score_threshold)
+        self.nms_threshold = float(nms_threshold)
+        self.detections_per_image = int(detections_per_image)
+
+    def call(self, inputs):
+        rois, num_rois, cls_prob, bbox_pred, image_info = inputs
+        batch, num = tf.shape(rois)[0], tf.shape(rois)[1]
+        num_classes = tf.shape(cls_prob)[-1]
+        cls_prob = tf.reshape(tf.cast(cls_prob, tf.float32), [batch, num, num_classes])
+        real = tf.range(num)[None, :] < num_rois[:, None]
+        cls_prob = tf.where(real[..., None], cls_prob, 0.0)
+        deltas = tf.reshape(tf.cast(bbox_pred, tf.float32), [batch, num, -1, 4])
+        if deltas.shape[2] == 2:  # class-agnostic: keep the foreground regressor (Detectron's [:, -4:])
+            deltas = deltas[:, :, -1:, :]
+        image_info = tf.cast(image_info, tf.float32)
+
+        def one_image(args):
+            image_rois, scores, image_deltas, info = args
+            boxes = image_rois / info[2]
+            if self.apply_regression:
+                boxes = decode_boxes(boxes[:, None, :], image_deltas, self.bbox_reg_weights)
+                boxes = clip_boxes(boxes, info[0], info[1])
+            else:
+                boxes = boxes[:, None, :]
+            return per_class_nms(boxes, scores, self.score_threshold, self.nms_threshold, self.detections_per_image)
+
+        return tf.map_fn(
+            one_image,
+            (tf.cast(rois, tf.float32), cls_prob, deltas, image_info),
+            fn_output_signature=(
+                tf.TensorSpec([self.detections_per_image, 4], tf.float32),
+                tf.TensorSpec([self.detections_per_image], tf.float32),
+                tf.TensorSpec([self.detections_per_image], tf.int32),
+                tf.TensorSpec([], tf.int32),
+            ),
+        )
+
+    def compute_output_spec(self, inputs):
+        batch, size = inputs[0].shape[0], self.detections_per_image
+        return (
+            keras.KerasTensor((batch, size, 4), "float32"),
+            keras.KerasTensor((batch, size), "float32"),
+            keras.KerasTensor((batch, size), "int32"),
+            keras.KerasTensor((batch,), "int32"),
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            bbox_reg_weights=self.bbox_reg_weights,
+            apply_regression=self.apply_regression,
+            score_threshold=self.score_threshold,
+            nms_threshold=self.nms_threshold,
+            detections_per_image=self.detections_per_image,
+        )
+        return config
+
+
+class SelectClassMasks(keras.layers.Layer):
+    """Mask probabilities (B*D, M, M, C) -> each detection's own class channel (B, D, M, M)."""
+
+    def call(self, inputs):
+        probs, classes = inputs
+        batch, num = tf.shape(classes)[0], tf.shape(classes)[1]
+        if probs.shape[-1] == 1:  # class-agnostic mask head
+            picked = probs[..., 0]
+        else:
+            picked = tf.gather(tf.transpose(probs, [0, 3, 1, 2]), tf.reshape(classes, [-1]), batch_dims=1)
+        return tf.reshape(tf.cast(picked, tf.float32), tf.concat([[batch, num], tf.shape(probs)[1:3]], 0))
+
+    def compute_output_shape(self, input_shapes):
+        probs, classes = input_shapes
+        return (classes[0], classes[1], probs[1], probs[2])
+
+
+class HeatmapsToKeypoints(keras.layers.Layer):
+    """Keypoint heatmaps (B*D, S, S, K) of the real detections -> (B, D, K, 4) x, y, logit, prob."""
+
+    def __init__(self, min_size=0, **kwargs):
+        super().__init__(**kwargs)
+        self.min_size = int(min_size)
+
+    def call(self, inputs):
+        heatmaps, boxes, num_detections = inputs
+        batch, num = tf.shape(boxes)[0], tf.shape(boxes)[1]
+        real = tf.reshape(tf.range(num)[None, :] < num_detections[:, None], [-1])
+        flat_boxes = tf.reshape(boxes, [-1, 4])
+        keypoints = heatmaps_to_keypoints(
+            tf.boolean_mask(tf.cast(heatmaps, tf.float32), real), tf.boolean_mask(flat_boxes, real), self.min_size
+        )
+        positions = tf.where(real)
+        num_keypoints = tf.shape(heatmaps)[-1]
+        scattered = tf.scatter_nd(positions, keypoints, tf.stack([batch * num, num_keypoints, 4]))
+        return tf.reshape(scattered, tf.stack([batch, num, num_keypoints, 4]))
+
+    def compute_output_shape(self, input_shapes):
+        heatmaps, boxes, _ = input_shapes
+        return (boxes[0], boxes[1], heatmaps[-1], 4)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(min_size=self.min_size)
+        return config

@@ -1,0 +1,45 @@
+"""Detectron's test-time image preparation (utils/blob.py): mean subtraction, resize, padding."""
+
+import cv2
+import numpy as np
+
+
+def image_scale(height, width, target_size, max_size):
+    """Detectron's `prep_im_for_blob` scale: shorter side to target_size unless the longer exceeds max_size."""
+    scale = float(target_size) / float(min(height, width))
+    if np.round(scale * max(height, width)) > max_size:
+        scale = float(max_size) / float(max(height, width))
+    return scale
+
+
+def prepare_image(image_bgr, pixel_means, target_size, max_size):
+    """(resized float32 image minus means, scale), computed exactly as Detectron: subtract, then resize.
+
+    The resize is cv2.resize with fx = fy = scale and INTER_LINEAR, as Detectron calls it.
+    """
+    image = np.asarray(image_bgr)
+    if image.ndim == 2:
+        image = image[:, :, None]
+    if image.ndim != 3 or image.shape[2] not in (1, 3) or min(image.shape[:2]) < 1:
+        raise ValueError(f"Expected an H x W x 3 BGR image, got an array of shape {image.shape}")
+    if image.shape[2] == 1:
+        image = np.repeat(image, 3, axis=2)
+    image = image.astype(np.float32) - np.asarray(pixel_means, np.float32).reshape(1, 1, 3)
+    scale = image_scale(image.shape[0], image.shape[1], target_size, max_size)
+    resized = cv2.resize(image, None, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
+    if resized.ndim == 2:  # cv2 drops a single channel axis; ours always has 3
+        resized = resized[:, :, None]
+    return resized, scale
+
+
+def batch_images(images, stride=0):
+    """Zero-pad images to one (B, H, W, 3) blob, H and W rounded up to `stride` when > 0 (FPN)."""
+    height = max(im.shape[0] for im in images)
+    width = max(im.shape[1] for im in images)
+    if stride > 0:
+        height = int(np.ceil(height / stride) * stride)
+        width = int(np.ceil(width / stride) * stride)
+    blob = np.zeros((len(images), height, width, 3), np.float32)
+    for i, im in enumerate(images):
+        blob[i, : im.shape[0], : im.shape[1]] = im
+    return blob
