@@ -138,7 +138,7 @@ class HeatmapsToKeypoints(keras.layers.Layer):
         keypoints = heatmaps_to_keypoints(
             tf.boolean_mask(tf.cast(heatmaps, tf.float32), real), tf.boolean_mask(flat_boxes, real), self.min_size
         )
-        positions = tf.where(real)
+        positions = tf.cast(tf.where(real), tf.int32)
         num_keypoints = tf.shape(heatmaps)[-1]
         scattered = tf.scatter_nd(positions, keypoints, tf.stack([batch * num, num_keypoints, 4]))
         return tf.reshape(scattered, tf.stack([batch, num, num_keypoints, 4]))
