@@ -106,46 +106,81 @@ class DetectionOutput(keras.layers.Layer):
         return config
 
 
-class SelectClassMasks(keras.layers.Layer):
-    """Mask probabilities (B*D, M, M, C) -> each detection's own class channel (B, D, M, M)."""
+class RealDetectionRoIs(keras.layers.Layer):
+    """The real (unpadded) detections as RoIs for the mask and keypoint heads.
+
+    Called on `[boxes (B, D, 4) original pixels, num_detections (B,), image_info (B, 3)]`; returns
+    rois (R, 4) in input pixels (Detectron's boxes * im_scale), their image indices (R,), their
+    flat positions (R,) in B*D, and the original-pixel boxes (R, 4). Heads then run on R <= B*D
+    RoIs, as Detectron runs them on the kept detections only.
+    """
 
     def call(self, inputs):
-        probs, classes = inputs
-        batch, num = tf.shape(classes)[0], tf.shape(classes)[1]
-        if probs.shape[-1] == 1:  # class-agnostic mask head
-            picked = probs[..., 0]
-        else:
-            picked = tf.gather(tf.transpose(probs, [0, 3, 1, 2]), tf.reshape(classes, [-1]), batch_dims=1)
-        return tf.reshape(tf.cast(picked, tf.float32), tf.concat([[batch, num], tf.shape(probs)[1:3]], 0))
+        boxes, num_detections, image_info = inputs
+        batch, num = tf.shape(boxes)[0], tf.shape(boxes)[1]
+        real = tf.range(num)[None, :] < num_detections[:, None]
+        positions = tf.cast(tf.where(tf.reshape(real, [-1]))[:, 0], tf.int32)
+        image_indices = positions // num
+        original = tf.gather(tf.reshape(boxes, [-1, 4]), positions)
+        scale = tf.gather(tf.cast(image_info[:, 2], original.dtype), image_indices)
+        return original * scale[:, None], image_indices, positions, original
 
-    def compute_output_shape(self, input_shapes):
-        probs, classes = input_shapes
-        return (classes[0], classes[1], probs[1], probs[2])
+    def compute_output_spec(self, inputs):
+        return (
+            keras.KerasTensor((None, 4), "float32"),
+            keras.KerasTensor((None,), "int32"),
+            keras.KerasTensor((None,), "int32"),
+            keras.KerasTensor((None, 4), "float32"),
+        )
+
+
+class ScatterToDetections(keras.layers.Layer):
+    """Per-RoI values (R, ...) back into the padded detection layout (B, D, ...), zeros elsewhere."""
+
+    def call(self, inputs):
+        values, positions, classes = inputs
+        batch, num = tf.shape(classes)[0], tf.shape(classes)[1]
+        flat_shape = tf.concat([[batch * num], tf.shape(values)[1:]], 0)
+        scattered = tf.scatter_nd(positions[:, None], tf.cast(values, tf.float32), flat_shape)
+        return tf.reshape(scattered, tf.concat([[batch, num], tf.shape(values)[1:]], 0))
+
+    def compute_output_spec(self, inputs):
+        values, _, classes = inputs
+        return keras.KerasTensor((classes.shape[0], classes.shape[1], *values.shape[1:]), "float32")
+
+
+class SelectClassMasks(keras.layers.Layer):
+    """Mask probabilities (R, M, M, C) -> each RoI's own class channel (R, M, M).
+
+    Called on `[probs, classes (B, D), positions (R,)]`; class-agnostic heads have C = 1.
+    """
+
+    def call(self, inputs):
+        probs, classes, positions = inputs
+        if probs.shape[-1] == 1:
+            return probs[..., 0]
+        roi_classes = tf.gather(tf.reshape(classes, [-1]), positions)
+        return tf.gather(tf.transpose(probs, [0, 3, 1, 2]), roi_classes, batch_dims=1)
+
+    def compute_output_spec(self, inputs):
+        probs = inputs[0]
+        return keras.KerasTensor(probs.shape[:3], "float32")
 
 
 class HeatmapsToKeypoints(keras.layers.Layer):
-    """Keypoint heatmaps (B*D, S, S, K) of the real detections -> (B, D, K, 4) x, y, logit, prob."""
+    """Keypoint heatmaps (R, S, S, K) and original-pixel boxes (R, 4) -> (R, K, 4) x, y, logit, prob."""
 
     def __init__(self, min_size=0, **kwargs):
         super().__init__(**kwargs)
         self.min_size = int(min_size)
 
     def call(self, inputs):
-        heatmaps, boxes, num_detections = inputs
-        batch, num = tf.shape(boxes)[0], tf.shape(boxes)[1]
-        real = tf.reshape(tf.range(num)[None, :] < num_detections[:, None], [-1])
-        flat_boxes = tf.reshape(boxes, [-1, 4])
-        keypoints = heatmaps_to_keypoints(
-            tf.boolean_mask(tf.cast(heatmaps, tf.float32), real), tf.boolean_mask(flat_boxes, real), self.min_size
-        )
-        positions = tf.cast(tf.where(real), tf.int32)
-        num_keypoints = tf.shape(heatmaps)[-1]
-        scattered = tf.scatter_nd(positions, keypoints, tf.stack([batch * num, num_keypoints, 4]))
-        return tf.reshape(scattered, tf.stack([batch, num, num_keypoints, 4]))
+        heatmaps, boxes = inputs
+        return heatmaps_to_keypoints(tf.cast(heatmaps, tf.float32), boxes, self.min_size)
 
-    def compute_output_shape(self, input_shapes):
-        heatmaps, boxes, _ = input_shapes
-        return (boxes[0], boxes[1], heatmaps[-1], 4)
+    def compute_output_spec(self, inputs):
+        heatmaps, boxes = inputs
+        return keras.KerasTensor((boxes.shape[0], heatmaps.shape[-1], 4), "float32")
 
     def get_config(self):
         config = super().get_config()

@@ -18,7 +18,9 @@ from tfdet.layers.detection_output import (
     DetectionOutput,
     FlattenRoIs,
     HeatmapsToKeypoints,
+    RealDetectionRoIs,
     ScaleBoxes,
+    ScatterToDetections,
     SelectClassMasks,
 )
 from tfdet.layers.image_info import ImInfo
@@ -65,16 +67,20 @@ def _add_detection_outputs(cfg, body, proposals, num_proposals, image_info):
     )([proposals, num_proposals, box_outputs.cls_prob, box_outputs.bbox_pred, image_info])
     outputs = {"boxes": boxes, "scores": scores, "classes": classes, "num_detections": num_detections}
     if cfg.MODEL.MASK_ON or cfg.MODEL.KEYPOINTS_ON:
-        # Detectron's mask_rois / keypoint_rois: the detections scaled back to input pixels.
-        det_rois, det_indices = FlattenRoIs(name="detection_rois")(ScaleBoxes(name="detections_scaled")(boxes, image_info))
+        det_rois, det_indices, positions, det_boxes = RealDetectionRoIs(name="detection_rois")(
+            [boxes, num_detections, image_info]
+        )
     if cfg.MODEL.MASK_ON:
         mask_head = MASK_HEADS.get(cfg.MRCNN.ROI_MASK_HEAD)(cfg, body, det_rois, det_indices, box_head)
-        mask_probs = add_mask_rcnn_outputs(cfg, mask_head).probs
-        outputs["mask_probs"] = SelectClassMasks(name="mask_probs")([mask_probs, classes])
+        mask_probs = SelectClassMasks(name="class_mask_probs")(
+            [add_mask_rcnn_outputs(cfg, mask_head).probs, classes, positions]
+        )
+        outputs["mask_probs"] = ScatterToDetections(name="mask_probs")([mask_probs, positions, classes])
     if cfg.MODEL.KEYPOINTS_ON:
         keypoint_head = KEYPOINT_HEADS.get(cfg.KRCNN.ROI_KEYPOINTS_HEAD)(cfg, body, det_rois, det_indices)
         heatmaps = add_keypoint_outputs(cfg, keypoint_head)
-        outputs["keypoints"] = HeatmapsToKeypoints(min_size=cfg.KRCNN.INFERENCE_MIN_SIZE, name="keypoints")(
-            [heatmaps, boxes, num_detections]
+        keypoints = HeatmapsToKeypoints(min_size=cfg.KRCNN.INFERENCE_MIN_SIZE, name="roi_keypoints")(
+            [heatmaps, det_boxes]
         )
+        outputs["keypoints"] = ScatterToDetections(name="keypoints")([keypoints, positions, classes])
     return outputs
