@@ -1,0 +1,98 @@
+"""Inference speed of Mask R-CNN and Keypoint R-CNN R-50-FPN at TEST.SCALE 800 / MAX_SIZE 1333.
+
+The model graph has data-dependent shapes (NMS, real-detection selection), so `--xla` turns on
+TensorFlow's XLA auto-clustering, which compiles the static parts (backbone, FPN, heads).
+For each model: the first call (tracing + compile), then per-image latency of the whole
+Predictor.predict call (pre-processing, model, mask pasting) over the demo photos, median and
+p90 over >= 5 timed runs after a warm-up, images/s, peak RSS, and achieved GFLOP/s against the
+MACs counted by flop_count.py. Random weights (Detectron's initialisation), so the number of
+detections is set by the score threshold: pass --score-thresh to mimic a trained model's load.
+
+    python benchmarks/bench_inference.py [--xla] [--runs 5] [--score-thresh 0.05]
+"""
+
+import argparse
+import os
+import pathlib
+import resource
+import statistics
+import sys
+import time
+import warnings
+
+import cv2
+import numpy as np
+
+if "--xla" in sys.argv:  # XLA auto-clustering must be configured before TensorFlow is imported
+    os.environ["TF_XLA_FLAGS"] = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from flop_count import count_macs  # noqa: E402
+
+from tfdet.config import load_config  # noqa: E402
+from tfdet.inference import Predictor  # noqa: E402
+from tfdet.preprocessing import batch_images, prepare_image  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CONFIGS = ROOT.parent / "shared" / "detectron" / "configs" / "12_2017_baselines"
+DEMO = ROOT.parent / "shared" / "data" / "detectron_demo"
+MODELS = ("e2e_mask_rcnn_R-50-FPN_1x.yaml", "e2e_keypoint_rcnn_R-50-FPN_1x.yaml")
+
+
+def peak_rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def model_gmacs(predictor, image):
+    """GMACs of the model on one image, at the shapes the Predictor feeds it."""
+    cfg = predictor.cfg
+    resized, scale = prepare_image(image, cfg.PIXEL_MEANS, cfg.TEST.SCALE, cfg.TEST.MAX_SIZE)
+    blob = batch_images([resized], cfg.FPN.COARSEST_STRIDE)
+    info = np.array([[image.shape[0], image.shape[1], scale]], np.float32)
+    return count_macs(predictor.model, {"images": blob, "image_info": info}) / 1e9
+
+
+def bench(name, args, images):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = load_config(CONFIGS / name, ["TEST.SCORE_THRESH", str(args.score_thresh)])
+    predictor = Predictor(cfg)
+    start = time.perf_counter()
+    predictor.predict(images[0])
+    first = time.perf_counter() - start
+    for image in images:  # warm-up: one pass over every image size
+        predictor.predict(image)
+    latencies, gmacs, detections = [], [], []
+    for _ in range(args.runs):
+        for image in images:
+            start = time.perf_counter()
+            result = predictor.predict(image)
+            latencies.append(time.perf_counter() - start)
+            detections.append(len(result["scores"]))
+    for image in images:
+        gmacs.append(model_gmacs(predictor, image))
+    median = statistics.median(latencies)
+    p90 = float(np.percentile(latencies, 90))
+    mean_gflop = 2 * statistics.mean(gmacs)
+    print(
+        f"{name} xla={args.xla}: first call {first:.1f} s; per image median {median:.2f} s, p90 {p90:.2f} s, "
+        f"{1 / statistics.mean(latencies):.2f} img/s; {statistics.mean(gmacs):.0f} GMACs/img -> "
+        f"{mean_gflop / statistics.mean(latencies):.0f} GFLOP/s achieved; "
+        f"{statistics.mean(detections):.0f} detections/img; peak RSS {peak_rss_mb():.0f} MB"
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--xla", action="store_true", help="XLA auto-clustering of the compilable parts")
+    parser.add_argument("--runs", type=int, default=5, help="timed passes over the images")
+    parser.add_argument("--images", type=int, default=3, help="demo photos used")
+    parser.add_argument("--score-thresh", type=float, default=0.05, help="TEST.SCORE_THRESH")
+    parser.add_argument("--model", choices=MODELS, action="append", help="default: both")
+    args = parser.parse_args()
+    images = [cv2.imread(str(p)) for p in sorted(DEMO.glob("*.jpg"))[: args.images]]
+    for name in args.model or MODELS:
+        bench(name, args, images)
+
+
+if __name__ == "__main__":
+    main()
