@@ -16,3 +16,5 @@ from tfdet.ops.proposals import generate_proposals, proposal_keep_mask
 from tfdet.ops.keypoints import heatmaps_to_keypoints
 from tfdet.ops.masks import paste_masks, paste_masks_soft
 from tfdet.ops.resize import resize_cubic_cv2, resize_linear_cv2
+from tfdet.ops.fpn_levels import map_rois_to_fpn_levels, multilevel_roi_align
+from tfdet.ops.roi_align import roi_align

@@ -21,7 +21,8 @@ grid all factor into a row part and a column part:
   shape statically. Instead the exact per-axis weight matrices (R, out_h, H) and (R, out_w, W) are built
   (a pixel receives at most four samples of one bin, found arithmetically), and ``rows @ F @ cols^T`` is
   evaluated with matrix products over chunks of RoIs. Exact for RoIs of any size, static shapes, no
-  ``max_sampling_ratio`` bound; cost O(R * out * H * W * C), which suits C4 heads on stride-16 maps.
+  ``max_sampling_ratio`` bound; cost O(R * out * N * H * W * C) (the image is picked by a one-hot over
+  the N images), which suits C4 heads on stride-16 maps with one or two images.
 """
 
 import numbers
@@ -48,39 +49,9 @@ def roi_align(features, boxes, box_indices, output_size, spatial_scale, sampling
     boxes = tf.stop_gradient(tf.convert_to_tensor(boxes))
     box_indices = tf.cast(box_indices, tf.int32)
     if sampling_ratio > 0:
-        shape = tf.shape(features)
-        return roi_align_flat(
-            _pixel_table(features), box_indices * shape[1] * shape[2], boxes, spatial_scale,
-            shape[1], shape[2], (out_h, out_w), sampling_ratio, aligned)
+        return _roi_align_fixed_grid(features, boxes, box_indices, (out_h, out_w), spatial_scale,
+                                     sampling_ratio, aligned)
     return _roi_align_adaptive(features, boxes, box_indices, (out_h, out_w), spatial_scale, aligned)
-
-
-def roi_align_flat(pixel_table, image_offsets, boxes, spatial_scale, height, width, output_size,
-                   sampling_ratio, aligned=False):
-    """RoIAlign with a fixed grid over a (pixels, C) table holding feature maps row-major, so that
-    RoIs of different images or pyramid levels are pooled in one pass.
-
-    Per RoI (or broadcast scalars): `image_offsets` is the table row of its map's pixel (0, 0),
-    `spatial_scale`, `height` and `width` those of its map. Returns (R, out_h, out_w, C).
-    """
-    out_h, out_w = _pair(output_size)
-    rows, row_weights = _axis_taps(boxes[:, 1], boxes[:, 3], spatial_scale, out_h, sampling_ratio,
-                                   height, aligned)
-    cols, col_weights = _axis_taps(boxes[:, 0], boxes[:, 2], spatial_scale, out_w, sampling_ratio,
-                                   width, aligned)
-    row_starts = (tf.reshape(image_offsets, [-1, 1, 1])
-                  + rows * tf.reshape(tf.cast(width, tf.int32), [-1, 1, 1]))
-    weight_dtype = pixel_table.dtype
-    row_weights = tf.cast(row_weights, weight_dtype)
-    col_weights = tf.cast(col_weights, weight_dtype)
-    pooled = None
-    for a in range(2 * sampling_ratio):
-        for b in range(2 * sampling_ratio):
-            pixels = row_starts[:, :, None, a] + cols[:, None, :, b]
-            weights = row_weights[:, :, None, a] * col_weights[:, None, :, b]
-            term = tf.gather(pixel_table, pixels) * weights[..., None]
-            pooled = term if pooled is None else pooled + term
-    return pooled
 
 
 def _pair(output_size):
@@ -95,6 +66,31 @@ def _pixel_table(features):
     """Features (N, H, W, C) as a (N*H*W, C) table, keeping C static when it is known."""
     channels = features.shape[-1] if features.shape[-1] is not None else tf.shape(features)[-1]
     return tf.reshape(features, [-1, channels])
+
+
+def _roi_align_fixed_grid(features, boxes, box_indices, output_size, spatial_scale, sampling_ratio,
+                          aligned):
+    """RoIAlign with a fixed grid: for each (row tap, column tap) pair, one gather of an
+    (R, out_h, out_w, C) block of pixels, weighted and accumulated."""
+    out_h, out_w = output_size
+    shape = tf.shape(features)
+    height, width = shape[1], shape[2]
+    rows, row_weights = _axis_taps(boxes[:, 1], boxes[:, 3], spatial_scale, out_h, sampling_ratio,
+                                   height, aligned)
+    cols, col_weights = _axis_taps(boxes[:, 0], boxes[:, 2], spatial_scale, out_w, sampling_ratio,
+                                   width, aligned)
+    row_starts = (box_indices * height * width)[:, None, None] + rows * width
+    row_weights = tf.cast(row_weights, features.dtype)
+    col_weights = tf.cast(col_weights, features.dtype)
+    table = _pixel_table(features)
+    pooled = None
+    for a in range(2 * sampling_ratio):
+        for b in range(2 * sampling_ratio):
+            pixels = row_starts[:, :, None, a] + cols[:, None, :, b]
+            weights = row_weights[:, :, None, a] * col_weights[:, None, :, b]
+            term = tf.gather(table, pixels) * weights[..., None]
+            pooled = term if pooled is None else pooled + term
+    return pooled
 
 
 def _axis_geometry(low, high, spatial_scale, pooled, aligned):
@@ -120,7 +116,7 @@ def _axis_taps(low, high, spatial_scale, pooled, grid, length, aligned):
     samples = _sample_position(
         start[:, None, None], bin_size[:, None, None],
         tf.range(pooled, dtype=dtype)[None, :, None], tf.range(grid, dtype=dtype)[None, None, :], grid)
-    length = tf.reshape(tf.cast(length, dtype), [-1, 1, 1])
+    length = tf.cast(length, dtype)
     valid = tf.cast((samples >= -1.0) & (samples <= length), dtype) / grid
     clamped = tf.maximum(samples, 0.0)
     low_tap = tf.floor(clamped)
@@ -172,8 +168,9 @@ def _adaptive_axis_weights(low, high, spatial_scale, pooled, length, aligned):
 
 
 def _contract_dense(features, row_weights, col_weights, box_indices):
-    """out[r] = row_weights[r] @ features[box_indices[r]] @ col_weights[r]^T per channel, by GEMMs
-    over chunks of RoIs (bounded intermediate); the image is selected by a one-hot over the batch."""
+    """out[r] = row_weights[r] @ features[box_indices[r]] @ col_weights[r]^T per channel, by GEMMs over
+    chunks of RoIs; the image is selected by a one-hot over the batch. The gradient is the transposed
+    contraction, also chunked, so that training keeps no per-chunk intermediate."""
     shape = tf.shape(features)
     num_images, height, width = shape[0], shape[1], shape[2]
     channels = features.shape[-1] if features.shape[-1] is not None else shape[3]
@@ -182,20 +179,32 @@ def _contract_dense(features, row_weights, col_weights, box_indices):
     image_one_hot = tf.one_hot(box_indices, num_images, dtype=row_weights.dtype)
     image_rows = tf.reshape(row_weights[:, :, None, :] * image_one_hot[:, None, :, None],
                             [num_rois, out_h, num_images * height])
-    table = tf.reshape(features, [num_images * height, width * channels])
-    chunk = tf.maximum(1, _DENSE_CHUNK_ELEMENTS // (out_h * width * channels))
+    chunk = tf.clip_by_value(_DENSE_CHUNK_ELEMENTS // (out_h * width * channels), 1,
+                             tf.maximum(num_rois, 1))
     num_chunks = tf.maximum((num_rois + chunk - 1) // chunk, 1)
 
     def in_chunks(weights):
         padded = tf.pad(weights, [[0, num_chunks * chunk - num_rois], [0, 0], [0, 0]])
         return tf.reshape(padded, tf.concat([[num_chunks, chunk], tf.shape(weights)[1:]], 0))
 
-    def pool_chunk(chunk_weights):
-        rows, cols = chunk_weights
-        row_pooled = tf.matmul(tf.reshape(rows, [-1, num_images * height]), table)
-        row_pooled = tf.reshape(row_pooled, [-1, out_h, width, channels])
-        return tf.matmul(cols[:, None], row_pooled)
+    rows, cols = in_chunks(image_rows), in_chunks(col_weights)
 
-    pooled = tf.map_fn(pool_chunk, (in_chunks(image_rows), in_chunks(col_weights)),
-                       fn_output_signature=features.dtype)
+    @tf.custom_gradient
+    def contract(table):
+        def pool_chunk(chunk_weights):
+            chunk_rows, chunk_cols = chunk_weights
+            row_pooled = tf.matmul(tf.reshape(chunk_rows, [-1, num_images * height]), table)
+            return tf.matmul(chunk_cols[:, None], tf.reshape(row_pooled, [-1, out_h, width, channels]))
+
+        def table_gradient(upstream):
+            def add_chunk(total, chunk_args):
+                chunk_rows, chunk_cols, chunk_upstream = chunk_args
+                row_gradient = tf.matmul(chunk_cols[:, None], chunk_upstream, transpose_a=True)
+                return total + tf.matmul(tf.reshape(chunk_rows, [-1, num_images * height]),
+                                         tf.reshape(row_gradient, [-1, width * channels]), transpose_a=True)
+            return tf.foldl(add_chunk, (rows, cols, upstream), initializer=tf.zeros_like(table))
+
+        return tf.map_fn(pool_chunk, (rows, cols), fn_output_signature=table.dtype), table_gradient
+
+    pooled = contract(tf.reshape(features, [num_images * height, width * channels]))
     return tf.reshape(pooled, [-1, out_h, out_w, channels])[:num_rois]
