@@ -72,6 +72,12 @@ def test_areas_and_xywh_conversions():
     np.testing.assert_allclose(box_ops.xywh_to_xyxy(tf.constant([[5.0, 6, 0, 0]])).numpy(), [[5, 6, 5, 6]])
 
 
+def test_large_boxes_mask_is_strict_with_plus_one():
+    boxes = tf.constant([[0.0, 0, 4, 4], [0.0, 0, 5, 9], [0.0, 0, 9, 5], [3.0, 3, 2, 9]])
+    # Widths 5, 6, 10, 0 and heights 5, 10, 6, 7: Detectron keeps w > min and h > min.
+    assert box_ops.large_boxes_mask(boxes, 5).numpy().tolist() == [False, True, True, False]
+
+
 def test_empty_inputs():
     empty = tf.zeros([0, 4])
     assert box_ops.decode_boxes(empty, empty).shape == (0, 4)

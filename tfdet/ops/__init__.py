@@ -7,6 +7,7 @@ from tfdet.ops.boxes import (
     clip_boxes,
     decode_boxes,
     encode_boxes,
+    large_boxes_mask,
     pairwise_iou,
     xywh_to_xyxy,
     xyxy_to_xywh,

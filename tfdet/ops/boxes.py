@@ -93,6 +93,12 @@ def clip_boxes(boxes, height, width):
     )
 
 
+def large_boxes_mask(boxes, min_size):
+    """Detectron's `filter_small_boxes` as a mask: width and height (+1) both greater than min_size."""
+    widths, heights = box_widths_heights(boxes)
+    return (widths > min_size) & (heights > min_size)
+
+
 def pairwise_iou(boxes_a, boxes_b):
     """IoU matrix (..., N, M) with +1 areas, computed in the same order as Detectron's NMS."""
     a = boxes_a[..., :, None, :]
