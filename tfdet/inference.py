@@ -88,8 +88,10 @@ def load_weights(model, cfg, weights):
     """Load `weights` into `model`: our `.weights.h5`, or a Detectron `.pkl` through porting."""
     path = str(weights)
     if path.endswith(".pkl"):
-        from porting import load_detectron_weights  # porting builds on tfdet, never the reverse at import
-
+        try:  # porting builds on tfdet, so it is imported only when a .pkl is given
+            from porting import load_detectron_weights
+        except ImportError as error:
+            raise NotImplementedError(f"Reading Detectron .pkl files needs porting.load_detectron_weights: {error}")
         load_detectron_weights(model, cfg, path)
     else:
         model.load_weights(path)
