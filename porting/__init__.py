@@ -1,1 +1,20 @@
 """Legacy weight porting: safe readers of Detectron `.pkl` / maskrcnn-benchmark `.pth` files."""
+
+from porting.embedded_cfg import bbox_reg_weights_from_cfg, parse_embedded_cfg
+from porting.pickle_reader import (
+    UnsafeWeightFileError,
+    WeightFile,
+    WeightFileError,
+    load_blobs,
+    read_weight_file,
+)
+
+__all__ = [
+    "UnsafeWeightFileError",
+    "WeightFile",
+    "WeightFileError",
+    "bbox_reg_weights_from_cfg",
+    "load_blobs",
+    "parse_embedded_cfg",
+    "read_weight_file",
+]
