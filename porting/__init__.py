@@ -1,5 +1,6 @@
 """Legacy weight porting: safe readers of Detectron `.pkl` / maskrcnn-benchmark `.pth` files."""
 
+from porting.detectron_loader import PortReport, load_detectron_weights, port_blobs
 from porting.embedded_cfg import bbox_reg_weights_from_cfg, parse_embedded_cfg
 from porting.pickle_reader import (
     UnsafeWeightFileError,
@@ -10,6 +11,9 @@ from porting.pickle_reader import (
 )
 
 __all__ = [
+    "PortReport",
+    "load_detectron_weights",
+    "port_blobs",
     "UnsafeWeightFileError",
     "WeightFile",
     "WeightFileError",

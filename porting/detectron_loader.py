@@ -1,0 +1,142 @@
+"""Detectron blobs -> a built tfdet model's Keras variables, with a report of what was done.
+
+Each Keras variable has one Detectron blob name and layout rule (`tfdet.modeling.detectron_names`).
+A variable takes the blob of its name; when that is absent and the name carries a `_[tag]_`
+prefix, it takes the un-prefixed blob (Detectron's `]_` rule). Blobs that are in Detectron files
+for other reasons are ignored on purpose and listed; missing blobs and shape mismatches make the
+report fail (`allow_missing` accepts missing ones, for ImageNet backbone files).
+"""
+
+import dataclasses
+import re
+import warnings
+
+import numpy as np
+
+from porting.embedded_cfg import bbox_reg_weights_from_cfg
+from porting.pickle_reader import read_weight_file
+from tfdet.modeling.detectron_names import model_blobs
+
+_ZERO_CONV_BIAS = re.compile(r"^(conv1|res\d+_\d+_branch(1|2a|2b|2c))_b$")
+
+
+def ignore_reason(name):
+    """Why Detectron files carry a blob no tfdet variable takes, or None for blobs that matter."""
+    if name.endswith("_momentum"):
+        return "SGD momentum (optimizer state)"
+    if name.startswith(("fc1000_", "pred_")):
+        return "ImageNet classifier"
+    if _ZERO_CONV_BIAS.match(name):
+        return "zero conv bias added by Caffe2's converter (Detectron's convs before a norm have none)"
+    return None
+
+
+@dataclasses.dataclass
+class PortReport:
+    """What a port did: loaded, ignored (with why), missing, mismatched and unused blobs."""
+
+    path: str
+    loaded: list = dataclasses.field(default_factory=list)  # (blob, caffe2 shape, source blob)
+    ignored: list = dataclasses.field(default_factory=list)  # (blob, reason)
+    missing: list = dataclasses.field(default_factory=list)  # (blob, expected caffe2 shape)
+    mismatched: list = dataclasses.field(default_factory=list)  # (blob, expected, found)
+    unused: list = dataclasses.field(default_factory=list)  # blobs of the file no variable took
+    bbox_reg_weights: tuple = (10.0, 10.0, 5.0, 5.0)
+
+    @property
+    def ok(self):
+        return not self.missing and not self.mismatched
+
+    def format(self):
+        """A human-readable report, one line per problem, counts for the rest."""
+        lines = [f"{self.path}: loaded {len(self.loaded)} blobs ({sum(int(np.prod(s)) for _, s, _ in self.loaded) / 1e6:.2f} M values)"]
+        fallbacks = [(b, src) for b, _, src in self.loaded if src != b]
+        lines += [f"  loaded {b} from {src} (Detectron's ']_' rule)" for b, src in fallbacks]
+        lines.append(f"  ignored {len(self.ignored)} blobs on purpose:")
+        reasons = {}
+        for blob, reason in self.ignored:
+            reasons.setdefault(reason, []).append(blob)
+        lines += [f"    {len(blobs)} x {reason}: {', '.join(blobs[:4])}{' ...' if len(blobs) > 4 else ''}" for reason, blobs in reasons.items()]
+        lines += [f"  MISSING {b}: expected shape {s}" for b, s in self.missing]
+        lines += [f"  SHAPE MISMATCH {b}: model expects {e}, file has {f}" for b, e, f in self.mismatched]
+        if self.unused:
+            lines.append(f"  unused (kept, not loaded): {', '.join(self.unused)}")
+        return "\n".join(lines)
+
+
+def _source_blob(name, blobs):
+    """The file blob a variable named `name` takes: itself, or without its `_[tag]_` prefix."""
+    if name in blobs:
+        return name
+    if "]_" in name:
+        stripped = name[name.index("]_") + 2 :]
+        if stripped in blobs:
+            return stripped
+    return None
+
+
+def port_blobs(model, blobs, path="<blobs>", mask_head="", allow_missing=False):
+    """Assign `blobs` (Detectron names, Caffe2 layouts) to the model's variables; returns a PortReport.
+
+    Nothing is assigned unless every blob found has the right shape and, without `allow_missing`,
+    none is missing: a failed port leaves the model as it was.
+    """
+    report = PortReport(path=str(path))
+    used = set()
+    assignments = []
+    for name, variable, to_caffe2, to_keras in model_blobs(model, mask_head):
+        expected = tuple(to_caffe2(np.broadcast_to(np.float32(0), variable.shape)).shape)
+        source = _source_blob(name, blobs)
+        if source is None:
+            report.missing.append((name, expected))
+            continue
+        used.add(source)
+        found = tuple(np.shape(blobs[source]))
+        if found != expected:
+            report.mismatched.append((name, expected, found))
+            continue
+        assignments.append((variable, to_keras(np.asarray(blobs[source]))))
+        report.loaded.append((name, expected, source))
+    for name in sorted(set(blobs) - used):
+        reason = ignore_reason(name)
+        if reason:
+            report.ignored.append((name, reason))
+        else:
+            report.unused.append(name)
+    if not report.mismatched and (allow_missing or not report.missing):
+        for variable, value in assignments:
+            variable.assign(value.astype(variable.dtype))
+    return report
+
+
+def load_detectron_weights(model, cfg, path, allow_missing=False):
+    """Load a Detectron `.pkl` into `model` (built from `cfg`); returns the PortReport.
+
+    Raises ValueError with the report when blobs are missing (unless `allow_missing`) or have the
+    wrong shape; then no variable is changed. The file's own cfg decides the box regression
+    weights, as Detectron's `configure_bbox_reg_weights` does (files from before the key existed
+    were trained with (1, 1, 1, 1)); a difference from `cfg` is warned about and the model's
+    detection layer uses the file's weights.
+    """
+    weight_file = read_weight_file(path)
+    report = port_blobs(model, weight_file.blobs, path, cfg.MRCNN.ROI_MASK_HEAD, allow_missing)
+    report.ignored += [(name, "not an array (training metadata)") for name in sorted(weight_file.extras)]
+    if report.mismatched or (report.missing and not allow_missing):
+        raise ValueError(f"Cannot load {path} into this model:\n{report.format()}")
+    if weight_file.cfg_text is not None:
+        report.bbox_reg_weights = bbox_reg_weights_from_cfg(weight_file.cfg())
+        _apply_bbox_reg_weights(model, cfg, report.bbox_reg_weights, path)
+    return report
+
+
+def _apply_bbox_reg_weights(model, cfg, weights, path):
+    """Use the file's box regression weights in the model's detection layer, warning on a change."""
+    if tuple(weights) == tuple(cfg.MODEL.BBOX_REG_WEIGHTS):
+        return
+    warnings.warn(
+        f"{path} was trained with MODEL.BBOX_REG_WEIGHTS {tuple(weights)}, the config says "
+        f"{tuple(cfg.MODEL.BBOX_REG_WEIGHTS)}: using the file's (Detectron's configure_bbox_reg_weights)"
+    )
+    for layer in model.layers:
+        if hasattr(layer, "bbox_reg_weights"):
+            layer.bbox_reg_weights = tuple(float(w) for w in weights)

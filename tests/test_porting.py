@@ -1,0 +1,145 @@
+"""Porting Detectron .pkl files into tfdet models: round trip, report, errors, CLI, Predictor."""
+
+import pickle
+import subprocess
+import sys
+
+import cv2
+import keras
+import numpy as np
+import pytest
+
+from conftest import REPO_ROOT, shared_path
+from porting import load_detectron_weights
+from tfdet.config import load_config
+from tfdet.inference import Predictor
+from tfdet.modeling import build_model
+from tfdet.modeling.detectron_names import model_blobs
+
+CONFIG = shared_path("detectron", "configs", "12_2017_baselines", "e2e_mask_rcnn_R-50-FPN_1x.yaml")
+SMALL = ["MODEL.NUM_CLASSES", "4", "TEST.SCALE", "256", "TEST.MAX_SIZE", "384", "TEST.SCORE_THRESH", "0.0",
+         "TEST.RPN_PRE_NMS_TOP_N", "200", "TEST.RPN_POST_NMS_TOP_N", "100", "TEST.DETECTIONS_PER_IM", "10"]  # fmt: skip
+EMBEDDED_CFG = """!!python/object/new:detectron.utils.collections.AttrDict
+dictitems:
+  MODEL: !!python/object/new:detectron.utils.collections.AttrDict
+    dictitems:
+      NUM_CLASSES: 4
+      {weights}
+"""
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_config(CONFIG, SMALL)
+
+
+@pytest.fixture(scope="module")
+def source(cfg):
+    """A model with random weights and its Detectron-layout blobs, as a trained file holds them."""
+    model = build_model(cfg)
+    rng = np.random.default_rng(0)
+    for variable in model.weights:  # move every weight away from its initial value
+        variable.assign(variable.numpy() + rng.normal(0, 0.01, variable.shape).astype(np.float32))
+    blobs = {name: to_caffe2(variable.numpy()) for name, variable, to_caffe2, _ in model_blobs(model, cfg.MRCNN.ROI_MASK_HEAD)}
+    return model, blobs
+
+
+def write_pkl(path, blobs, extra=None, weights_line="BBOX_REG_WEIGHTS: !!python/tuple [10.0, 10.0, 5.0, 5.0]"):
+    """A trained-model file as Detectron writes it: protocol 2, junk blobs included."""
+    junk = {"conv1_b": np.zeros(64, np.float32), "res2_0_branch2a_b": np.zeros(64, np.float32),
+            "fc1000_w": np.ones((1000, 2048), np.float32), "fc6_w_momentum": np.zeros((2, 2), np.float32)}  # fmt: skip
+    content = {"blobs": {**blobs, **junk, **(extra or {})}, "cfg": EMBEDDED_CFG.format(weights=weights_line)}
+    path.write_bytes(pickle.dumps(content, protocol=2))
+    return path
+
+
+def same_weights(a, b):
+    return all(np.array_equal(x.numpy(), y.numpy()) for x, y in zip(a.weights, b.weights))
+
+
+def test_round_trip_loads_every_variable_and_reports_junk(cfg, source, tmp_path):
+    model, blobs = source
+    path = write_pkl(tmp_path / "model_final.pkl", blobs, {"lr": np.float32(0.02)})
+    target = build_model(cfg)
+    report = load_detectron_weights(target, cfg, path)
+    assert report.ok and len(report.loaded) == len(blobs) and report.unused == []
+    assert same_weights(model, target)
+    ignored = dict(report.ignored)
+    assert set(ignored) == {"conv1_b", "res2_0_branch2a_b", "fc1000_w", "fc6_w_momentum", "lr"}
+    assert "momentum" in ignored["fc6_w_momentum"] and "classifier" in ignored["fc1000_w"]
+
+
+def test_missing_blob_fails_and_changes_nothing(cfg, source, tmp_path):
+    _, blobs = source
+    partial = {k: v for k, v in blobs.items() if k != "fc6_w"}
+    target = build_model(cfg)
+    before = [v.numpy().copy() for v in target.weights]
+    with pytest.raises(ValueError, match=r"MISSING fc6_w: expected shape \(1024, 12544\)"):
+        load_detectron_weights(target, cfg, write_pkl(tmp_path / "m.pkl", partial))
+    assert all(np.array_equal(b, v.numpy()) for b, v in zip(before, target.weights))
+
+
+def test_shape_mismatch_names_blob_and_both_shapes(cfg, source, tmp_path):
+    _, blobs = source
+    wrong = dict(blobs, cls_score_w=np.zeros((81, 1024), np.float32))
+    with pytest.raises(ValueError, match=r"SHAPE MISMATCH cls_score_w: model expects \(4, 1024\), file has \(81, 1024\)"):
+        load_detectron_weights(build_model(cfg), cfg, write_pkl(tmp_path / "m.pkl", wrong))
+
+
+def test_imagenet_backbone_with_allow_missing(cfg, source, tmp_path):
+    _, blobs = source
+    backbone = {k: v for k, v in blobs.items() if k.startswith(("conv1", "res"))}
+    path = tmp_path / "R-50.pkl"
+    path.write_bytes(pickle.dumps({**backbone, "fc1000_w": np.zeros((1000, 2048), np.float32)}, protocol=2))
+    target = build_model(cfg)
+    report = load_detectron_weights(target, cfg, path, allow_missing=True)
+    assert len(report.loaded) == len(backbone) == 159
+    assert {name for name, _ in report.missing} >= {"fpn_inner_res5_2_sum_w", "fc6_w", "conv5_mask_w"}
+    np.testing.assert_array_equal(target.get_layer("conv1").kernel.numpy(), blobs["conv1_w"].transpose(2, 3, 1, 0))
+    with pytest.raises(ValueError, match="MISSING"):
+        load_detectron_weights(build_model(cfg), cfg, path)
+
+
+def test_file_without_bbox_reg_weights_uses_unit_weights(cfg, source, tmp_path):
+    _, blobs = source
+    path = write_pkl(tmp_path / "old.pkl", blobs, weights_line="NUM_GPUS_UNUSED: 1")
+    target = build_model(cfg)
+    with pytest.warns(UserWarning, match="BBOX_REG_WEIGHTS"):
+        report = load_detectron_weights(target, cfg, path)
+    assert report.bbox_reg_weights == (1.0, 1.0, 1.0, 1.0)
+    assert target.get_layer("detections").bbox_reg_weights == (1.0, 1.0, 1.0, 1.0)
+
+
+def test_predictor_on_pkl_gives_the_source_models_detections(cfg, source, tmp_path):
+    model, blobs = source
+    path = write_pkl(tmp_path / "model_final.pkl", blobs)
+    image = cv2.imread(str(sorted(shared_path("data", "detectron_demo").glob("*.jpg"))[0]))
+    ported = Predictor(cfg, path).predict(image)
+    weights = tmp_path / "source.weights.h5"
+    model.save_weights(weights)
+    original = Predictor(cfg, weights).predict(image)
+    for key in original:
+        np.testing.assert_array_equal(ported[key], original[key])
+
+
+def test_cli_writes_weights_and_config(cfg, source, tmp_path):
+    _, blobs = source
+    path = write_pkl(tmp_path / "model_final.pkl", blobs)
+    out = tmp_path / "ported"
+    command = [sys.executable, "-m", "porting", "detectron", "--cfg", str(CONFIG), "--weights", str(path),
+               "--out", str(out), *SMALL]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "loaded 201 blobs" in done.stdout and "ignored" in done.stdout
+    ported_cfg = load_config(out / "config.yaml")
+    assert ported_cfg.MODEL.NUM_CLASSES == 4
+    reloaded = build_model(ported_cfg)
+    reloaded.load_weights(out / "model.weights.h5")
+    assert same_weights(source[0], reloaded)
+    broken = write_pkl(tmp_path / "broken.pkl", {k: v for k, v in blobs.items() if k != "conv5_mask_w"})
+    done = subprocess.run(command[:7] + [str(broken)] + command[8:], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert done.returncode == 1 and "MISSING conv5_mask_w" in done.stderr
+    evil = tmp_path / "evil.pkl"
+    evil.write_bytes(b"\x80\x02cos\nsystem\nq\x00X\x05\x00\x00\x00touchq\x01\x85q\x02Rq\x03.")
+    done = subprocess.run(command[:7] + [str(evil)] + command[8:], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert done.returncode == 2 and "os.system" in done.stderr
