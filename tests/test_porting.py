@@ -3,6 +3,7 @@
 import pickle
 import subprocess
 import sys
+import warnings
 
 import cv2
 import keras
@@ -143,3 +144,28 @@ def test_cli_writes_weights_and_config(cfg, source, tmp_path):
     evil.write_bytes(b"\x80\x02cos\nsystem\nq\x00X\x05\x00\x00\x00touchq\x01\x85q\x02Rq\x03.")
     done = subprocess.run(command[:7] + [str(evil)] + command[8:], capture_output=True, text=True, cwd=REPO_ROOT)
     assert done.returncode == 2 and "os.system" in done.stderr
+
+
+def test_export_detectron_round_trip_with_numpy1_names(cfg, source, tmp_path):
+    model, blobs = source
+    weights = tmp_path / "source.weights.h5"
+    model.save_weights(weights)
+    out = tmp_path / "model_final.pkl"
+    command = [sys.executable, "-m", "porting", "export-detectron", "--cfg", str(CONFIG), "--weights", str(weights),
+               "--out", str(out), *SMALL]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr
+    raw = out.read_bytes()
+    assert raw[:2] == b"\x80\x02" and b"numpy.core.multiarray" in raw and b"numpy._core" not in raw
+    from porting import read_weight_file
+
+    exported = read_weight_file(out)
+    assert set(exported.blobs) == set(blobs)
+    for name, value in blobs.items():
+        np.testing.assert_array_equal(exported.blobs[name], value)
+    assert "NUM_CLASSES: 4" in exported.cfg_text
+    # What Detectron's load_object does with it (plain pickle, latin1), here under numpy 2.
+    with open(out, "rb") as f, warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        plain = pickle.load(f, encoding="latin1")
+    np.testing.assert_array_equal(plain["blobs"]["fc6_w"], blobs["fc6_w"])
