@@ -6,7 +6,6 @@ import sys
 import warnings
 
 import cv2
-import keras
 import numpy as np
 import pytest
 

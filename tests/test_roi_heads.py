@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import shared_path
+from test_roi_align import reference_roi_align
 from tfdet.config import load_config
 from tfdet.config.errors import ConfigWarning
 from tfdet.modeling.detectron_names import detectron_inventory, model_blobs
@@ -116,47 +117,9 @@ def res5_reference(x, blobs, stride_init, stride_1x1=True):
 
 
 def roi_align(fmap, roi, scale, res, sampling_ratio):
-    """Caffe2's legacy RoIAlign of one RoI on one (C, H, W) map: no half-pixel shift, box at least 1x1."""
-    channels, height, width = fmap.shape
-    x1, y1, x2, y2 = (v * scale for v in roi)
-    roi_w, roi_h = max(x2 - x1, 1.0), max(y2 - y1, 1.0)
-    bin_w, bin_h = roi_w / res, roi_h / res
-    grid_h = sampling_ratio if sampling_ratio > 0 else math.ceil(roi_h / res)
-    grid_w = sampling_ratio if sampling_ratio > 0 else math.ceil(roi_w / res)
-
-    def sample(y, x):
-        if y < -1.0 or y > height or x < -1.0 or x > width:
-            return np.zeros(channels)
-        y, x = max(y, 0.0), max(x, 0.0)
-        y_low, x_low = int(y), int(x)
-        if y_low >= height - 1:
-            y_low = y_high = height - 1
-            y = float(y_low)
-        else:
-            y_high = y_low + 1
-        if x_low >= width - 1:
-            x_low = x_high = width - 1
-            x = float(x_low)
-        else:
-            x_high = x_low + 1
-        ly, lx = y - y_low, x - x_low
-        hy, hx = 1 - ly, 1 - lx
-        return (
-            hy * hx * fmap[:, y_low, x_low]
-            + hy * lx * fmap[:, y_low, x_high]
-            + ly * hx * fmap[:, y_high, x_low]
-            + ly * lx * fmap[:, y_high, x_high]
-        )
-
-    out = np.zeros((channels, res, res))
-    for ph in range(res):
-        for pw in range(res):
-            for iy in range(grid_h):
-                y = y1 + ph * bin_h + (iy + 0.5) * bin_h / grid_h
-                for ix in range(grid_w):
-                    x = x1 + pw * bin_w + (ix + 0.5) * bin_w / grid_w
-                    out[:, ph, pw] += sample(y, x)
-    return out / (grid_h * grid_w)
+    """Caffe2's legacy RoIAlign of one RoI on one (C, H, W) map (test_roi_align's loop reference)."""
+    pooled = reference_roi_align(np.transpose(fmap, (1, 2, 0))[None], [roi], [0], (res, res), scale, sampling_ratio)
+    return np.transpose(pooled[0], (2, 0, 1))
 
 
 def fpn_level(roi, k_min=2, k_max=5):

@@ -117,7 +117,7 @@ class RealDetectionRoIs(keras.layers.Layer):
 
     def call(self, inputs):
         boxes, num_detections, image_info = inputs
-        batch, num = tf.shape(boxes)[0], tf.shape(boxes)[1]
+        num = tf.shape(boxes)[1]
         real = tf.range(num)[None, :] < num_detections[:, None]
         positions = tf.cast(tf.where(tf.reshape(real, [-1]))[:, 0], tf.int32)
         image_indices = positions // num
