@@ -24,7 +24,9 @@ def prepare_image(image_bgr, pixel_means, target_size, max_size):
         raise ValueError(f"Expected an H x W x 3 BGR image, got an array of shape {image.shape}")
     if image.shape[2] == 1:
         image = np.repeat(image, 3, axis=2)
-    image = image.astype(np.float32) - np.asarray(pixel_means, np.float32).reshape(1, 1, 3)
+    # Detectron's `im -= PIXEL_MEANS` subtracts float64 means from a float32 image: numpy computes
+    # in float64 and rounds the result to float32 (rounding the means first would differ).
+    image = (image.astype(np.float64) - np.asarray(pixel_means, np.float64).reshape(1, 1, 3)).astype(np.float32)
     scale = image_scale(image.shape[0], image.shape[1], target_size, max_size)
     resized = cv2.resize(image, None, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
     if resized.ndim == 2:  # cv2 drops a single channel axis; ours always has 3
