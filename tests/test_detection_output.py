@@ -28,7 +28,7 @@ def test_matches_detectron(rng, agnostic):
     logits = rng.normal(0, 2, (num_rois, num_classes))
     cls_prob = (np.exp(logits) / np.exp(logits).sum(1, keepdims=True)).astype(np.float32)
     bbox_pred = rng.normal(0, 0.5, (num_rois, 4 * (2 if agnostic else num_classes))).astype(np.float32)
-    layer = DetectionOutput(WEIGHTS, True, 0.05, 0.5, 30)
+    layer = DetectionOutput(WEIGHTS, True, 0.05, 0.5, 30, class_agnostic=agnostic)
     boxes, scores, classes, num = layer(
         [rois[None], np.array([valid], np.int32), cls_prob, bbox_pred, np.array([[height, width, scale]], np.float32)]
     )

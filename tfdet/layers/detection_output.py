@@ -44,10 +44,20 @@ class DetectionOutput(keras.layers.Layer):
     image_info (B, 3) = (original height, width, scale)]`.
     """
 
-    def __init__(self, bbox_reg_weights, apply_regression, score_threshold, nms_threshold, detections_per_image, **kwargs):
+    def __init__(
+        self,
+        bbox_reg_weights,
+        apply_regression,
+        score_threshold,
+        nms_threshold,
+        detections_per_image,
+        class_agnostic=False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.bbox_reg_weights = tuple(float(w) for w in bbox_reg_weights)
         self.apply_regression = bool(apply_regression)
+        self.class_agnostic = bool(class_agnostic)
         self.score_threshold = float(score_threshold)
         self.nms_threshold = float(nms_threshold)
         self.detections_per_image = int(detections_per_image)
@@ -60,7 +70,7 @@ class DetectionOutput(keras.layers.Layer):
         real = tf.range(num)[None, :] < num_rois[:, None]
         cls_prob = tf.where(real[..., None], cls_prob, 0.0)
         deltas = tf.reshape(tf.cast(bbox_pred, tf.float32), [batch, num, -1, 4])
-        if deltas.shape[2] == 2:  # class-agnostic: keep the foreground regressor (Detectron's [:, -4:])
+        if self.class_agnostic:  # (bg, fg) regressors: keep the foreground one (Detectron's [:, -4:])
             deltas = deltas[:, :, -1:, :]
         image_info = tf.cast(image_info, tf.float32)
 
@@ -99,6 +109,7 @@ class DetectionOutput(keras.layers.Layer):
         config.update(
             bbox_reg_weights=self.bbox_reg_weights,
             apply_regression=self.apply_regression,
+            class_agnostic=self.class_agnostic,
             score_threshold=self.score_threshold,
             nms_threshold=self.nms_threshold,
             detections_per_image=self.detections_per_image,

@@ -60,6 +60,7 @@ def _add_detection_outputs(cfg, body, proposals, num_proposals, image_info):
     boxes, scores, classes, num_detections = DetectionOutput(
         bbox_reg_weights=cfg.MODEL.BBOX_REG_WEIGHTS,
         apply_regression=cfg.TEST.BBOX_REG,
+        class_agnostic=cfg.MODEL.CLS_AGNOSTIC_BBOX_REG,
         score_threshold=cfg.TEST.SCORE_THRESH,
         nms_threshold=cfg.TEST.NMS,
         detections_per_image=cfg.TEST.DETECTIONS_PER_IM,

@@ -10,10 +10,10 @@ import collections
 import keras
 
 from tfdet.layers.flatten_dense import FlattenDense
-from tfdet.modeling.backbones.conv_norm import conv, conv_gn, relu
+from tfdet.modeling.backbones.conv_norm import relu
 from tfdet.modeling.backbones.resnet import add_stage
 from tfdet.modeling.registry import BOX_HEADS, RoIHeadOutput
-from tfdet.modeling.roi_heads.common import caffe2_fill, pool_rois
+from tfdet.modeling.roi_heads.common import caffe2_fill, conv_relu_stack, pool_rois
 
 FastRCNNOutputs = collections.namedtuple("FastRCNNOutputs", ["cls_prob", "bbox_pred", "cls_score"])
 FastRCNNOutputs.__doc__ = "Class probabilities (R, K), box deltas (R, 4 * classes), class logits (R, K)."
@@ -43,15 +43,10 @@ def xconv1fc_head_features(cfg, roi_features, use_gn=False):
 
     Convs are `head_conv<i>`, MSRAFill; with GroupNorm they have no bias and `head_conv<i>_gn` follows.
     """
-    x = roi_features
-    args = dict(padding=1, kernel_initializer=caffe2_fill("MSRAFill"))
-    for i in range(1, cfg.FAST_RCNN.NUM_STACKED_CONVS + 1):
-        name = f"head_conv{i}"
-        if use_gn:
-            x = conv_gn(x, cfg, name, cfg.FAST_RCNN.CONV_HEAD_DIM, 3, **args)
-        else:
-            x = conv(x, name, cfg.FAST_RCNN.CONV_HEAD_DIM, 3, **args)
-        x = relu(x, f"{name}_relu")
+    x = conv_relu_stack(
+        roi_features, cfg, "head_conv", cfg.FAST_RCNN.NUM_STACKED_CONVS, cfg.FAST_RCNN.CONV_HEAD_DIM, 3,
+        use_gn=use_gn, padding=1, kernel_initializer=caffe2_fill("MSRAFill"),
+    )
     return _fc6_relu(cfg, x)
 
 

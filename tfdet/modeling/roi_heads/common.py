@@ -9,6 +9,7 @@ import keras
 
 from tfdet.layers.bilinear_upsample import BilinearKernel
 from tfdet.layers.roi_feature_transform import RoIFeatureTransform
+from tfdet.modeling.backbones.conv_norm import conv, conv_gn, relu
 
 
 def caffe2_fill(fill, std=None):
@@ -79,3 +80,16 @@ def bilinear_upsample(x, name, up_scale):
         raise ValueError(f"{name}: bilinear upsampling needs an even scale (Detectron asserts it), got {up_scale}")
     channels = x.shape[-1]
     return conv_transpose(x, name, channels, 2 * up_scale, up_scale, up_scale // 2, BilinearKernel(), trainable=False)
+
+
+def conv_relu_stack(x, cfg, prefix, count, filters, kernel_size, use_gn=False, **conv_args):
+    """`count` x (conv `<prefix><i>` [+ GroupNorm `<prefix><i>_gn`, no conv bias] + ReLU), i from 1."""
+    for i in range(1, count + 1):
+        name = f"{prefix}{i}"
+        if use_gn:
+            x = conv_gn(x, cfg, name, filters, kernel_size, **conv_args)
+        else:
+            x = conv(x, name, filters, kernel_size, **conv_args)
+        x = relu(x, f"{name}_relu")
+    return x
+

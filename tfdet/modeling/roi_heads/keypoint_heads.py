@@ -7,19 +7,16 @@
 
 from tfdet.modeling.backbones.conv_norm import conv, relu
 from tfdet.modeling.registry import KEYPOINT_HEADS, RoIHeadOutput
-from tfdet.modeling.roi_heads.common import bilinear_upsample, caffe2_fill, conv_transpose, pool_rois
+from tfdet.modeling.roi_heads.common import bilinear_upsample, caffe2_fill, conv_relu_stack, conv_transpose, pool_rois
 
 
 def conv_stack_features(cfg, roi_features):
     """NUM_STACKED_CONVS x (`conv_fcn<i>`, CONV_HEAD_KERNEL square, CONV_HEAD_DIM channels, + ReLU)."""
-    x = roi_features
     kernel = cfg.KRCNN.CONV_HEAD_KERNEL
-    fill = caffe2_fill(cfg.KRCNN.CONV_INIT, 0.01)
-    for i in range(1, cfg.KRCNN.NUM_STACKED_CONVS + 1):
-        name = f"conv_fcn{i}"
-        x = conv(x, name, cfg.KRCNN.CONV_HEAD_DIM, kernel, padding=kernel // 2, kernel_initializer=fill)
-        x = relu(x, f"{name}_relu")
-    return x
+    return conv_relu_stack(
+        roi_features, cfg, "conv_fcn", cfg.KRCNN.NUM_STACKED_CONVS, cfg.KRCNN.CONV_HEAD_DIM, kernel,
+        padding=kernel // 2, kernel_initializer=caffe2_fill(cfg.KRCNN.CONV_INIT, 0.01),
+    )
 
 
 @KEYPOINT_HEADS.register("keypoint_rcnn_heads.add_roi_pose_head_v1convX")

@@ -11,9 +11,15 @@ import collections
 import keras
 
 from tfdet.layers.flatten_dense import FlattenDense
-from tfdet.modeling.backbones.conv_norm import conv, conv_gn, relu
+from tfdet.modeling.backbones.conv_norm import conv, relu
 from tfdet.modeling.registry import MASK_HEADS, RoIHeadOutput
-from tfdet.modeling.roi_heads.common import bilinear_upsample, caffe2_fill, conv_transpose, pool_rois
+from tfdet.modeling.roi_heads.common import (
+    bilinear_upsample,
+    caffe2_fill,
+    conv_relu_stack,
+    conv_transpose,
+    pool_rois,
+)
 
 MaskOutputs = collections.namedtuple("MaskOutputs", ["probs", "logits"])
 MaskOutputs.__doc__ = "Sigmoid mask probabilities and their logits, (R, M, M, classes) each."
@@ -37,15 +43,10 @@ def fcn_head_features(cfg, roi_features, num_convs, use_gn=False):
             f"MRCNN.DILATION {dilation} with a GroupNorm mask head: Detectron pads these convs by "
             "DILATION without dilating them, growing the masks; only MRCNN.DILATION 1 is supported"
         )
-    x = roi_features
-    args = dict(padding=dilation, dilation=dilation, kernel_initializer=caffe2_fill(cfg.MRCNN.CONV_INIT, 0.001))
-    for i in range(1, num_convs + 1):
-        name = f"mask_fcn{i}"
-        if use_gn:
-            x = conv_gn(x, cfg, name, cfg.MRCNN.DIM_REDUCED, 3, **args)
-        else:
-            x = conv(x, name, cfg.MRCNN.DIM_REDUCED, 3, **args)
-        x = relu(x, f"{name}_relu")
+    x = conv_relu_stack(
+        roi_features, cfg, "mask_fcn", num_convs, cfg.MRCNN.DIM_REDUCED, 3, use_gn=use_gn,
+        padding=dilation, dilation=dilation, kernel_initializer=caffe2_fill(cfg.MRCNN.CONV_INIT, 0.001),
+    )
     return _conv5_mask(cfg, x)
 
 
