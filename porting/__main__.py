@@ -1,13 +1,16 @@
 """python -m porting detectron|export-detectron ...
 
-`detectron --cfg X.yaml --weights in.pkl --out DIR [--allow-missing]` ports a Detectron `.pkl` into
-the tfdet model of a Detectron config: writes DIR/model.weights.h5 and DIR/config.yaml (the config,
-with the file's box regression weights) and prints a report of loaded, ignored, missing and
-mismatched blobs. Exit status 1 when blobs are missing (unless --allow-missing) or mismatched, 2
-when the file cannot be read safely.
+`detectron [--cfg X.yaml] --weights in.pkl --out DIR [--allow-missing] [KEY VALUE ...]` ports a
+Detectron `.pkl` into the tfdet model of a config (by default the config saved in the file):
+writes DIR/model.weights.h5, DIR/config.yaml (the effective config, with the file's box regression
+weights), DIR/preserved_blobs.npz (the file's unused blobs, for re-saving) and prints a report of
+loaded, ignored, preserved, missing and mismatched blobs. Exit status 1 when blobs are missing
+(unless --allow-missing) or mismatched, or the model is unknown; 2 when the file cannot be read
+safely.
 
-`export-detectron --cfg X.yaml --weights model.weights.h5 --out model_final.pkl` writes our
-weights back as a Detectron file (`{'blobs', 'cfg'}`, protocol 2, Caffe2 names and layouts).
+`export-detectron [--cfg X.yaml] --weights DIR/model.weights.h5 --out model_final.pkl` writes our
+weights back as a Detectron file (`{'blobs', 'cfg'}`, protocol 2, Caffe2 names and layouts), with
+the preserved blobs of the port when DIR holds them.
 """
 
 import argparse
@@ -15,24 +18,34 @@ import pathlib
 import sys
 import warnings
 
+import numpy as np
+
 from porting.pickle_reader import WeightFileError
+
+PRESERVED_FILE = "preserved_blobs.npz"
 
 
 def _parse(argv):
     parser = argparse.ArgumentParser(prog="python -m porting", description="Port legacy detector weights.")
     commands = parser.add_subparsers(dest="command", required=True)
     detectron = commands.add_parser("detectron", help="port a Detectron .pkl (model_final.pkl, R-50.pkl, ...)")
-    detectron.add_argument("--cfg", required=True, help="Detectron YAML config of the model")
+    detectron.add_argument("--cfg", help="Detectron YAML config of the model (default: the config saved in the file)")
     detectron.add_argument("--weights", required=True, help="Detectron .pkl weight file")
     detectron.add_argument("--out", required=True, help="output folder")
     detectron.add_argument("--allow-missing", action="store_true", help="accept blobs absent from the file (ImageNet backbones)")
     detectron.add_argument("opts", nargs="*", help="config overrides KEY VALUE ...")
     export = commands.add_parser("export-detectron", help="write tfdet weights as a Detectron .pkl")
-    export.add_argument("--cfg", required=True, help="YAML config of the model")
+    export.add_argument("--cfg", help="YAML config of the model (default: config.yaml next to --weights)")
     export.add_argument("--weights", required=True, help="our .weights.h5 file")
     export.add_argument("--out", required=True, help="output .pkl path")
+    export.add_argument("--preserved", help=f"blobs to carry over (default: {PRESERVED_FILE} next to --weights, if any)")
     export.add_argument("opts", nargs="*", help="config overrides KEY VALUE ...")
     return parser.parse_args(argv)
+
+
+def _error(message, status):
+    print(f"error: {message}", file=sys.stderr)
+    return status
 
 
 def export_detectron(args):
@@ -41,12 +54,66 @@ def export_detectron(args):
     from tfdet.config import load_config
     from tfdet.modeling import build_model
 
-    cfg = load_config(args.cfg, args.opts)
+    folder = pathlib.Path(args.weights).parent
+    cfg_path = args.cfg or folder / "config.yaml"
+    if not pathlib.Path(cfg_path).is_file():
+        return _error(f"no config: {cfg_path} does not exist, pass --cfg", 1)
+    preserved_path = pathlib.Path(args.preserved) if args.preserved else folder / PRESERVED_FILE
+    preserved = {}
+    if preserved_path.is_file():
+        with np.load(preserved_path, allow_pickle=False) as stored:
+            preserved = {name: stored[name] for name in stored.files}
+    elif args.preserved:
+        return _error(f"{preserved_path} does not exist", 1)
+    cfg = load_config(cfg_path, args.opts)
     model = build_model(cfg)
     model.load_weights(args.weights)
-    blobs = model_to_blobs(model, cfg.MRCNN.ROI_MASK_HEAD)
+    blobs = model_to_blobs(model, cfg.MRCNN.ROI_MASK_HEAD, preserved)
     write_detectron_pkl(args.out, blobs, cfg.dump())
-    print(f"wrote {len(blobs)} blobs to {args.out}")
+    print(f"wrote {len(blobs)} blobs ({len(preserved)} preserved) to {args.out}")
+    return 0
+
+
+def port_detectron(args):
+    """The detectron command."""
+    from porting.detectron_loader import port_weight_file
+    from porting.file_config import FileConfigError, config_from_cfg_text
+    from porting.pickle_reader import read_weight_file
+    from tfdet.config import load_config
+    from tfdet.modeling import build_model
+
+    try:
+        weight_file = read_weight_file(args.weights)
+    except WeightFileError as error:
+        return _error(error, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            if args.cfg:
+                cfg = load_config(args.cfg, args.opts)
+            else:
+                cfg = config_from_cfg_text(weight_file.cfg_text, args.weights, args.opts)
+                print(f"building the model from the config saved in {args.weights}")
+            model = build_model(cfg)
+            report = port_weight_file(model, cfg, weight_file, args.weights, args.allow_missing, progress=True)
+        except FileConfigError as error:
+            return _error(error, 1)
+        except ValueError as error:
+            print(error, file=sys.stderr)
+            return 1
+        finally:
+            for warning in caught:
+                print(f"warning: {warning.message}", file=sys.stderr)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_weights(out / "model.weights.h5")
+    ported_cfg = cfg.clone()
+    ported_cfg.MODEL.BBOX_REG_WEIGHTS = tuple(report.bbox_reg_weights)
+    (out / "config.yaml").write_text(ported_cfg.dump())
+    if report.preserved:
+        np.savez(out / PRESERVED_FILE, **report.preserved)
+    print(report.format())
+    print(f"wrote {out / 'model.weights.h5'} and {out / 'config.yaml'}")
     return 0
 
 
@@ -54,33 +121,7 @@ def main(argv=None):
     args = _parse(argv)
     if args.command == "export-detectron":
         return export_detectron(args)
-    from porting.detectron_loader import load_detectron_weights
-    from tfdet.config import load_config
-    from tfdet.modeling import build_model
-
-    cfg = load_config(args.cfg, args.opts)
-    model = build_model(cfg)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            report = load_detectron_weights(model, cfg, args.weights, allow_missing=args.allow_missing)
-    except WeightFileError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except ValueError as error:
-        print(error, file=sys.stderr)
-        return 1
-    for warning in caught:
-        print(f"warning: {warning.message}", file=sys.stderr)
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_weights(out / "model.weights.h5")
-    ported_cfg = cfg.clone()
-    ported_cfg.MODEL.BBOX_REG_WEIGHTS = tuple(report.bbox_reg_weights)
-    (out / "config.yaml").write_text(ported_cfg.dump())
-    print(report.format())
-    print(f"wrote {out / 'model.weights.h5'} and {out / 'config.yaml'}")
-    return 0
+    return port_detectron(args)
 
 
 if __name__ == "__main__":

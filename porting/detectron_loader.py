@@ -12,6 +12,7 @@ import re
 import warnings
 
 import numpy as np
+from tqdm import tqdm
 
 from porting.embedded_cfg import bbox_reg_weights_from_cfg
 from porting.pickle_reader import read_weight_file
@@ -42,6 +43,9 @@ class PortReport:
     mismatched: list = dataclasses.field(default_factory=list)  # (blob, expected, found)
     unused: list = dataclasses.field(default_factory=list)  # blobs of the file no variable took
     bbox_reg_weights: tuple = (10.0, 10.0, 5.0, 5.0)
+    # file arrays no variable took, momentum excepted, kept for re-saving as Detectron's
+    # `__preserve__/` blobs are (initialize_gpu_from_weights_file)
+    preserved: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def ok(self):
@@ -61,6 +65,7 @@ class PortReport:
         lines += [f"  SHAPE MISMATCH {b}: model expects {e}, file has {f}" for b, e, f in self.mismatched]
         if self.unused:
             lines.append(f"  unused (kept, not loaded): {', '.join(self.unused)}")
+        lines.append(f"  preserved {len(self.preserved)} unused blobs for re-saving")
         return "\n".join(lines)
 
 
@@ -75,16 +80,17 @@ def _source_blob(name, blobs):
     return None
 
 
-def port_blobs(model, blobs, path="<blobs>", mask_head="", allow_missing=False):
+def port_blobs(model, blobs, path="<blobs>", mask_head="", allow_missing=False, progress=False):
     """Assign `blobs` (Detectron names, Caffe2 layouts) to the model's variables; returns a PortReport.
 
     Nothing is assigned unless every blob found has the right shape and, without `allow_missing`,
-    none is missing: a failed port leaves the model as it was.
+    none is missing: a failed port leaves the model as it was. `progress` shows a bar on stderr.
     """
     report = PortReport(path=str(path))
     used = set()
     assignments = []
-    for name, variable, to_caffe2, to_keras in model_blobs(model, mask_head):
+    variables = list(model_blobs(model, mask_head))
+    for name, variable, to_caffe2, to_keras in tqdm(variables, desc="porting", unit="blob", disable=not progress):
         expected = tuple(to_caffe2(np.broadcast_to(np.float32(0), variable.shape)).shape)
         source = _source_blob(name, blobs)
         if source is None:
@@ -103,13 +109,15 @@ def port_blobs(model, blobs, path="<blobs>", mask_head="", allow_missing=False):
             report.ignored.append((name, reason))
         else:
             report.unused.append(name)
+        if not name.endswith("_momentum"):
+            report.preserved[name] = np.asarray(blobs[name])
     if not report.mismatched and (allow_missing or not report.missing):
         for variable, value in assignments:
             variable.assign(value.astype(variable.dtype))
     return report
 
 
-def load_detectron_weights(model, cfg, path, allow_missing=False):
+def load_detectron_weights(model, cfg, path, allow_missing=False, progress=False):
     """Load a Detectron `.pkl` into `model` (built from `cfg`); returns the PortReport.
 
     Raises ValueError with the report when blobs are missing (unless `allow_missing`) or have the
@@ -118,8 +126,12 @@ def load_detectron_weights(model, cfg, path, allow_missing=False):
     were trained with (1, 1, 1, 1)); a difference from `cfg` is warned about and the model's
     detection layer uses the file's weights.
     """
-    weight_file = read_weight_file(path)
-    report = port_blobs(model, weight_file.blobs, path, cfg.MRCNN.ROI_MASK_HEAD, allow_missing)
+    return port_weight_file(model, cfg, read_weight_file(path), path, allow_missing, progress)
+
+
+def port_weight_file(model, cfg, weight_file, path, allow_missing=False, progress=False):
+    """`load_detectron_weights` for the file at `path` already read (`porting.read_weight_file`)."""
+    report = port_blobs(model, weight_file.blobs, path, cfg.MRCNN.ROI_MASK_HEAD, allow_missing, progress)
     report.ignored += [(name, "not an array (training metadata)") for name in sorted(weight_file.extras)]
     if report.mismatched or (report.missing and not allow_missing):
         raise ValueError(f"Cannot load {path} into this model:\n{report.format()}")

@@ -21,8 +21,8 @@ def get_default_config() -> Config:
     return Config(default_tree())
 
 
-def load_config(path: str | os.PathLike | None = None, overrides: Overrides | None = None) -> Config:
-    """Defaults, then the YAML file at `path`, then `overrides`; returns a frozen Config.
+def load_config(path: str | os.PathLike | Mapping | None = None, overrides: Overrides | None = None) -> Config:
+    """Defaults, then the YAML file at `path` (or a mapping already read), then `overrides`; frozen.
 
     `overrides` is a flat list ["KEY.SUB", "VALUE", ...] (command-line style: each VALUE is read as a
     YAML literal, else a Python literal such as "(800,)", else kept as text) or a dict with nested
@@ -30,10 +30,12 @@ def load_config(path: str | os.PathLike | None = None, overrides: Overrides | No
     ConfigWarning; its deprecated keys are ignored with one.
     """
     cfg = get_default_config()
-    if path is not None:
-        _merge(cfg, _flatten(_read_yaml_mapping(path)), decode_mapping_value)
+    if isinstance(path, Mapping):
+        _merge(cfg, flatten_keys(path), decode_mapping_value)
+    elif path is not None:
+        _merge(cfg, flatten_keys(_read_yaml_mapping(path)), decode_mapping_value)
     if isinstance(overrides, Mapping):
-        _merge(cfg, _flatten(overrides), decode_mapping_value)
+        _merge(cfg, flatten_keys(overrides), decode_mapping_value)
     elif overrides is not None:
         _merge(cfg, _pairs(overrides), decode_override_text)
     _infer_detectron_values(cfg)
@@ -54,7 +56,7 @@ def _read_yaml_mapping(path: str | os.PathLike) -> Mapping:
     return content
 
 
-def _flatten(mapping: Mapping, prefix: str = "") -> Iterator[tuple[str, object]]:
+def flatten_keys(mapping: Mapping, prefix: str = "") -> Iterator[tuple[str, object]]:
     """(full dotted key, value) for every non-mapping value of nested mappings."""
     for key, value in mapping.items():
         if not isinstance(key, str):
@@ -63,7 +65,7 @@ def _flatten(mapping: Mapping, prefix: str = "") -> Iterator[tuple[str, object]]
                 "numbers and null as other types; quote the key)"
             )
         if isinstance(value, Mapping):
-            yield from _flatten(value, f"{prefix}{key}.")
+            yield from flatten_keys(value, f"{prefix}{key}.")
         else:
             yield f"{prefix}{key}", value
 
