@@ -48,7 +48,8 @@ class Predictor:
         Returns numpy arrays sorted by descending score: `boxes` (N, 4) float32 x1,y1,x2,y2 in
         input pixels, `scores` (N,), `classes` (N,) int32 in 1..NUM_CLASSES-1, `masks` (N, H, W)
         bool when MASK_ON, `keypoints` (N, K, 3) float32 x, y, heatmap logit when KEYPOINTS_ON
-        (Detectron thresholds keypoints on that logit: --kp-thresh 2).
+        (Detectron thresholds keypoints on that logit: --kp-thresh 2) and `keypoint_probs` (N, K)
+        float32, the heatmap's softmax probability at each keypoint (Detectron's 4th row).
         """
         if isinstance(image, (list, tuple)):
             return self._predict_batch(list(image))
@@ -81,6 +82,7 @@ class Predictor:
             result["masks"] = masks.numpy()
         if "keypoints" in outputs:
             result["keypoints"] = outputs["keypoints"][index, :count, :, :3].astype(np.float32)
+            result["keypoint_probs"] = outputs["keypoints"][index, :count, :, 3].astype(np.float32)
         return result
 
 
