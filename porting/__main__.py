@@ -1,4 +1,4 @@
-"""python -m porting detectron|export-detectron ...
+"""python -m porting detectron|maskrcnn-benchmark|export-detectron ...
 
 `detectron [--cfg X.yaml] --weights in.pkl --out DIR [--allow-missing] [KEY VALUE ...]` ports a
 Detectron `.pkl` into the tfdet model of a config (by default the config saved in the file):
@@ -7,6 +7,9 @@ weights), DIR/preserved_blobs.npz (the file's unused blobs, for re-saving) and p
 loaded, ignored, preserved, missing and mismatched blobs. Exit status 1 when blobs are missing
 (unless --allow-missing) or mismatched, or the model is unknown; 2 when the file cannot be read
 safely.
+
+`maskrcnn-benchmark --cfg X.yaml --weights model.pth --out DIR [--allow-missing] [KEY VALUE ...]`
+ports a maskrcnn-benchmark checkpoint, read without torch, the same way (its `iteration` reported).
 
 `export-detectron [--cfg X.yaml] --weights DIR/model.weights.h5 --out model_final.pkl` writes our
 weights back as a Detectron file (`{'blobs', 'cfg'}`, protocol 2, Caffe2 names and layouts), with
@@ -34,6 +37,12 @@ def _parse(argv):
     detectron.add_argument("--out", required=True, help="output folder")
     detectron.add_argument("--allow-missing", action="store_true", help="accept blobs absent from the file (ImageNet backbones)")
     detectron.add_argument("opts", nargs="*", help="config overrides KEY VALUE ...")
+    benchmark = commands.add_parser("maskrcnn-benchmark", help="port a maskrcnn-benchmark .pth (read without torch)")
+    benchmark.add_argument("--cfg", required=True, help="Detectron-style YAML config of the model")
+    benchmark.add_argument("--weights", required=True, help="maskrcnn-benchmark .pth checkpoint or state dict")
+    benchmark.add_argument("--out", required=True, help="output folder")
+    benchmark.add_argument("--allow-missing", action="store_true", help="accept weights absent from the file")
+    benchmark.add_argument("opts", nargs="*", help="config overrides KEY VALUE ...")
     export = commands.add_parser("export-detectron", help="write tfdet weights as a Detectron .pkl")
     export.add_argument("--cfg", help="YAML config of the model (default: config.yaml next to --weights)")
     export.add_argument("--weights", required=True, help="our .weights.h5 file")
@@ -104,7 +113,30 @@ def port_detectron(args):
         finally:
             for warning in caught:
                 print(f"warning: {warning.message}", file=sys.stderr)
-    out = pathlib.Path(args.out)
+    return _write_port(args.out, model, cfg, report)
+
+
+def port_maskrcnn_benchmark(args):
+    """The maskrcnn-benchmark command."""
+    from porting.maskrcnn_benchmark_loader import load_maskrcnn_benchmark_weights
+    from tfdet.config import load_config
+    from tfdet.modeling import build_model
+
+    cfg = load_config(args.cfg, args.opts)
+    model = build_model(cfg)
+    try:
+        report = load_maskrcnn_benchmark_weights(model, cfg, args.weights, args.allow_missing, progress=True)
+    except WeightFileError as error:
+        return _error(error, 2)
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        return 1
+    return _write_port(args.out, model, cfg, report)
+
+
+def _write_port(out, model, cfg, report):
+    """DIR/model.weights.h5, DIR/config.yaml (with the box regression weights used), preserved blobs, report."""
+    out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.save_weights(out / "model.weights.h5")
     ported_cfg = cfg.clone()
@@ -119,9 +151,8 @@ def port_detectron(args):
 
 def main(argv=None):
     args = _parse(argv)
-    if args.command == "export-detectron":
-        return export_detectron(args)
-    return port_detectron(args)
+    commands = {"detectron": port_detectron, "maskrcnn-benchmark": port_maskrcnn_benchmark, "export-detectron": export_detectron}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ def ignore_reason(name):
     """Why Detectron files carry a blob no tfdet variable takes, or None for blobs that matter."""
     if name.endswith("_momentum"):
         return "SGD momentum (optimizer state)"
+    if name in ("lr", "weight_order"):
+        return "training metadata (learning rate, blob order)"
     if name.startswith(("fc1000_", "pred_")):
         return "ImageNet classifier"
     if _ZERO_CONV_BIAS.match(name):

@@ -2,7 +2,7 @@
 
 Weight files are untrusted input (DESIGN.md decision 6). ``pickle`` can call any importable
 function while loading, so this reader uses a *restricted unpickler*: every global a stream asks
-for goes through :meth:`_RestrictedUnpickler.find_class`, which answers from a fixed allow-list of
+for goes through :meth:`RestrictedUnpickler.find_class`, which answers from a fixed allow-list of
 the globals that Detectron files (Python-2 and Python-3 pickles, numpy 1.x and 2.x) actually
 contain, and raises :class:`UnsafeWeightFileError` for anything else *before* it can be called.
 
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 # First pickled object of a legacy (non-zip) torch.save file.
-_TORCH_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+TORCH_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 _LATIN1_NAMES = frozenset({"latin1", "latin-1", "latin_1", "iso-8859-1", "iso8859-1", "l1"})
 
 
@@ -83,7 +83,7 @@ class WeightFile:
         return {} if self.cfg_text is None else parse_embedded_cfg(self.cfg_text)
 
 
-class _Frozen:
+class FrozenCallable:
     """A callable handed to the pickle stream; BUILD/setattr on it are refused."""
 
     __slots__ = ("_fn", "_name")
@@ -169,12 +169,12 @@ def _make_allowed() -> dict[tuple[str, str], Any]:
         return b""
 
     frozen = {
-        "reconstruct": _Frozen(reconstruct, "numpy _reconstruct"),
-        "scalar": _Frozen(scalar, "numpy scalar"),
-        "frombuffer": _Frozen(frombuffer, "numpy _frombuffer"),
-        "dtype": _Frozen(dtype, "numpy.dtype"),
-        "encode": _Frozen(codecs_encode, "_codecs.encode"),
-        "bytes": _Frozen(empty_bytes, "bytes"),
+        "reconstruct": FrozenCallable(reconstruct, "numpy _reconstruct"),
+        "scalar": FrozenCallable(scalar, "numpy scalar"),
+        "frombuffer": FrozenCallable(frombuffer, "numpy _frombuffer"),
+        "dtype": FrozenCallable(dtype, "numpy.dtype"),
+        "encode": FrozenCallable(codecs_encode, "_codecs.encode"),
+        "bytes": FrozenCallable(empty_bytes, "bytes"),
     }
     return {
         ("numpy.core.multiarray", "_reconstruct"): frozen["reconstruct"],
@@ -206,11 +206,16 @@ def _python3_name(module, name) -> str:
     return f"{module}.{name}"
 
 
-class _RestrictedUnpickler(pickle.Unpickler):
-    def __init__(self, file, path: str):
+class RestrictedUnpickler(pickle.Unpickler):
+    """Unpickler that answers globals from the allow-list only (plus `extra_globals`, for .pth files)."""
+
+    # What the refused file was expected to hold, for the refusal message.
+    expected_contents = "Detectron files only contain dicts, strings, numbers and numpy arrays"
+
+    def __init__(self, file, path: str, extra_globals=None):
         super().__init__(file, encoding="latin1")
         self._path = path
-        self._allowed = _make_allowed()
+        self._allowed = {**_make_allowed(), **(extra_globals or {})}
 
     def find_class(self, module, name):
         try:
@@ -222,15 +227,14 @@ class _RestrictedUnpickler(pickle.Unpickler):
                 shown += f" (Python 3 name '{py3}')"
             raise UnsafeWeightFileError(
                 f"{self._path}: refused global {shown}: not in the weight-file allow-list "
-                "(Detectron files only contain dicts, strings, numbers and numpy arrays); "
-                "nothing from the file was executed"
+                f"({self.expected_contents}); nothing from the file was executed"
             ) from None
 
     def persistent_load(self, pid):
         raise WeightFileError(
             f"{self._path}: the pickle uses persistent ids (a PyTorch-style checkpoint); "
             "Detectron .pkl files never do. Read .pth files with the .pth reader "
-            "(porting's torch-free .pth reader, not built yet)."
+            "(porting.read_pth, python -m porting maskrcnn-benchmark)."
         )
 
 
@@ -251,7 +255,7 @@ def _unpickle(path: str) -> Any:
             raise _fail(
                 path,
                 "is a zip archive, not a pickle file (a PyTorch .pth checkpoint? "
-                "those need the .pth reader, not built yet)",
+                "those need the .pth reader: porting.read_pth)",
             )
         if len(head) < 2 or head[0] != 0x80 or not 2 <= head[1] <= 5:
             raise _fail(
@@ -260,21 +264,25 @@ def _unpickle(path: str) -> Any:
                 f"file starts with {head!r}",
             )
         f.seek(0)
-        try:
-            obj = _RestrictedUnpickler(f, path).load()
-        except WeightFileError:
-            raise
-        except EOFError:
-            raise _fail(path, "truncated pickle (the file ends before the pickle is complete)") from None
-        except pickle.UnpicklingError as e:
-            msg = str(e)
-            if "truncated" in msg:
-                raise _fail(path, f"truncated pickle ({msg})") from None
-            raise _fail(path, f"corrupt pickle ({msg})") from None
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
-                UnicodeError, MemoryError, RecursionError) as e:
-            raise _fail(path, f"corrupt pickle ({type(e).__name__}: {e})") from None
-    return obj
+        return load_restricted(RestrictedUnpickler(f, path), path)
+
+
+def load_restricted(unpickler: RestrictedUnpickler, path: str) -> Any:
+    """`unpickler.load()`, with every failure turned into a one-line WeightFileError naming `path`."""
+    try:
+        return unpickler.load()
+    except WeightFileError:
+        raise
+    except EOFError:
+        raise _fail(path, "truncated pickle (the file ends before the pickle is complete)") from None
+    except pickle.UnpicklingError as e:
+        msg = str(e)
+        if "truncated" in msg:
+            raise _fail(path, f"truncated pickle ({msg})") from None
+        raise _fail(path, f"corrupt pickle ({msg})") from None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
+            UnicodeError, MemoryError, RecursionError) as e:
+        raise _fail(path, f"corrupt pickle ({type(e).__name__}: {e})") from None
 
 
 def _key(path, k) -> str:
@@ -307,8 +315,8 @@ def read_weight_file(path) -> WeightFile:
     """
     path = os.fspath(path)
     top = _unpickle(path)
-    if type(top) is int and top == _TORCH_LEGACY_MAGIC:
-        raise _fail(path, "is a legacy (non-zip) torch.save file; use the .pth reader (not built yet)")
+    if type(top) is int and top == TORCH_LEGACY_MAGIC:
+        raise _fail(path, "is a legacy (non-zip) torch.save file; use the .pth reader (porting.read_pth)")
     if not isinstance(top, dict):
         raise _fail(path, f"top level of the pickle is a {type(top).__name__}, expected a dict of blobs")
     top = {_key(path, k): v for k, v in top.items()}

@@ -10,7 +10,6 @@ import collections
 import os
 import pickle
 import pickletools
-import struct
 import subprocess
 import zipfile
 
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 
 import porting
+from detectron_fixtures import Py2Writer
 from porting import (
     UnsafeWeightFileError,
     WeightFileError,
@@ -98,84 +98,6 @@ def _rename_numpy_core(data: bytes) -> bytes:
         else:
             out += data[pos:end]
     return bytes(out)
-
-
-class _Py2Writer:
-    """Emits a protocol-2 opcode stream the way Python 2 + numpy 1.x (cPickle) writes Detectron
-    files: ``str`` as SHORT_BINSTRING/BINSTRING (8-bit bytes), arrays via
-    ``numpy.core.multiarray._reconstruct`` with the raw data as a byte string."""
-
-    def __init__(self):
-        self.out = bytearray(b"\x80\x02")
-
-    def str_(self, b: bytes):
-        if len(b) < 256:
-            self.out += b"U" + bytes([len(b)]) + b
-        else:
-            self.out += b"T" + struct.pack("<i", len(b)) + b
-
-    def int_(self, v):
-        self.out += b"K" + bytes([v]) if 0 <= v < 256 else b"J" + struct.pack("<i", v)
-
-    def glob(self, module, name):
-        self.out += b"c" + module.encode() + b"\n" + name.encode() + b"\n"
-
-    def dtype(self, arr):
-        self.glob("numpy", "dtype")
-        self.str_(arr.dtype.str[1:].encode())
-        self.out += b"K\x00K\x01\x87R"  # ('f4', 0, 1) TUPLE3 REDUCE
-        self.out += b"(K\x03" + b"U\x01" + arr.dtype.str[:1].encode() + b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb"
-
-    def value(self, v):
-        if isinstance(v, bytes):
-            self.str_(v)
-        elif isinstance(v, str):  # py2 unicode
-            b = v.encode("utf-8")
-            self.out += b"X" + struct.pack("<I", len(b)) + b
-        elif v is None:
-            self.out += b"N"
-        elif isinstance(v, bool):
-            self.out += b"\x88" if v else b"\x89"
-        elif isinstance(v, int):
-            self.int_(v)
-        elif isinstance(v, float):
-            self.out += b"G" + struct.pack(">d", v)
-        elif isinstance(v, list):
-            self.out += b"]("
-            for x in v:
-                self.value(x)
-            self.out += b"e"
-        elif isinstance(v, dict):
-            self.out += b"}("
-            for k, x in v.items():
-                self.value(k)
-                self.value(x)
-            self.out += b"u"
-        elif isinstance(v, np.ndarray):
-            self.glob("numpy.core.multiarray", "_reconstruct")
-            self.glob("numpy", "ndarray")
-            self.out += b"K\x00\x85U\x01b\x87R"
-            self.out += b"(K\x01"
-            self.out += b"("
-            for d in v.shape:
-                self.int_(d)
-            self.out += b"t"
-            self.dtype(v)
-            self.out += b"\x89"
-            self.str_(np.ascontiguousarray(v).tobytes())
-            self.out += b"tb"
-        elif isinstance(v, np.generic):
-            self.glob("numpy.core.multiarray", "scalar")
-            self.dtype(np.asarray(v))
-            self.str_(v.tobytes())
-            self.out += b"\x86R"
-        else:
-            raise TypeError(type(v))
-
-    def dumps(self, v) -> bytes:
-        self.value(v)
-        self.out += b"."
-        return bytes(self.out)
 
 
 def _write(path, data: bytes):
@@ -270,7 +192,7 @@ def test_python2_trained_file_with_embedded_cfg(tmp_path, rng):
         b"blobs": {k.encode(): v for k, v in blobs.items()} | {b"lr": np.float32(0.01), b"gone": None},
         b"cfg": cfg_text.encode(),
     }
-    data = _Py2Writer().dumps(py2)
+    data = Py2Writer().dumps(py2)
     assert b"numpy.core.multiarray" in data and b"_codecs" not in data
     path = _write(tmp_path / "model_final.pkl", data)
 
@@ -297,7 +219,7 @@ def test_python2_trained_file_with_embedded_cfg(tmp_path, rng):
 
 
 def test_python2_unicode_keys_and_scalars(tmp_path):
-    data = _Py2Writer().dumps({"conv1_w": np.ones((2, 2), np.float32), b"x_b": np.zeros(3, ">f8"),
+    data = Py2Writer().dumps({"conv1_w": np.ones((2, 2), np.float32), b"x_b": np.zeros(3, ">f8"),
                                b"it": 7, b"pi": 3.25, b"name": b"caf\xe9"})
     wf = read_weight_file(_write(tmp_path / "p.pkl", data))
     assert set(wf.blobs) == {"conv1_w", "x_b"} and wf.blobs["x_b"].dtype == np.float32
@@ -364,7 +286,7 @@ def test_malicious_pickles_are_refused_before_running(tmp_path, rng, kind, proto
 
 def test_os_system_named_in_py2_stream(tmp_path):
     marker = tmp_path / "payload_ran"
-    w = _Py2Writer()
+    w = Py2Writer()
     w.glob("os", "system")
     w.str_(f"touch {marker}".encode())
     w.out += b"\x85R."

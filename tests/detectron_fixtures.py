@@ -1,0 +1,203 @@
+"""Detectron weight files for porting tests, as reference/detectron.md §1-§2 describes them.
+
+`random_blobs` fills a blob inventory with values that keep activations of order one;
+`momentum_junk`, `msra_imagenet_junk` and `resnext_imagenet_junk` add what real files carry
+besides the parameters. `Py2Writer` writes a pickle as Python 2 + numpy 1.x did (byte strings
+that Python 3 only reads with latin1 decoding) and `detectron_cfg_yaml` the `yaml.dump(cfg)`
+string with Python tags that trained files embed. No tfdet import: the files must not be
+derived from the code under test.
+"""
+
+import base64
+import struct
+
+import numpy as np
+
+RES5_DIM = 2048
+IMAGENET_CLASSES = 1000
+
+
+def random_blobs(shapes, rng):
+    """float32 values per blob: weights N(0, 1/fan_in), scales U(0.8, 1.2), biases N(0, 0.1).
+
+    Fan-in is the product of all axes but the first (Caffe2's), so activations stay of order one
+    through a whole network and float32 errors stay measurable against a float64 reference.
+    """
+    blobs = {}
+    for name, shape in shapes.items():
+        if name.endswith("_w"):
+            std = 1.0 / np.sqrt(np.prod(shape[1:]))
+            blobs[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+        elif name.endswith("_s"):
+            blobs[name] = rng.uniform(0.8, 1.2, shape).astype(np.float32)
+        else:
+            blobs[name] = (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.1)).astype(np.float32)
+    return blobs
+
+
+def momentum_junk(blobs):
+    """`<blob>_momentum` for what Detectron trains (§1.1): not AffineChannel, not stem/res2 (FREEZE_AT 2),
+    not the fixed `kps_score` upsampling."""
+    frozen = ("conv1_", "res_conv1_", "res2_", "kps_score_w", "kps_score_b")
+    return {
+        f"{name}_momentum": np.zeros(value.shape, np.float32)
+        for name, value in blobs.items()
+        if "_bn_" not in name and not name.startswith(frozen)
+    }
+
+
+def msra_imagenet_junk(body_shapes):
+    """What MSRA R-50/R-101 .pkl files add (§2.1): zero conv biases of the stem and every block conv,
+    and the ImageNet classifier `fc1000_w/_b`."""
+    junk = {"conv1_b": np.zeros(64, np.float32)}
+    for name, shape in body_shapes.items():
+        if name.startswith("res") and name.endswith("_w"):
+            junk[name[:-2] + "_b"] = np.zeros(shape[0], np.float32)
+    junk["fc1000_w"] = np.full((IMAGENET_CLASSES, RES5_DIM), 0.01, np.float32)
+    junk["fc1000_b"] = np.zeros(IMAGENET_CLASSES, np.float32)
+    return junk
+
+
+def resnext_imagenet_junk():
+    """The ResNeXt / GN ImageNet classifier `pred_w/_b` (§2.1)."""
+    return {
+        "pred_w": np.full((IMAGENET_CLASSES, RES5_DIM), 0.01, np.float32),
+        "pred_b": np.zeros(IMAGENET_CLASSES, np.float32),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Python 2 pickles and the embedded YAML config
+# ---------------------------------------------------------------------------------------------
+
+
+class Py2Writer:
+    """Emits a protocol-2 opcode stream the way Python 2 + numpy 1.x (cPickle) writes Detectron
+    files: ``str`` as SHORT_BINSTRING/BINSTRING (8-bit bytes), arrays via
+    ``numpy.core.multiarray._reconstruct`` with the raw data as a byte string."""
+
+    def __init__(self):
+        self.out = bytearray(b"\x80\x02")
+
+    def str_(self, b: bytes):
+        if len(b) < 256:
+            self.out += b"U" + bytes([len(b)]) + b
+        else:
+            self.out += b"T" + struct.pack("<i", len(b))
+            self.out += b
+
+    def int_(self, v):
+        self.out += b"K" + bytes([v]) if 0 <= v < 256 else b"J" + struct.pack("<i", v)
+
+    def glob(self, module, name):
+        self.out += b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+    def dtype(self, arr):
+        self.glob("numpy", "dtype")
+        self.str_(arr.dtype.str[1:].encode())
+        self.out += b"K\x00K\x01\x87R"  # ('f4', 0, 1) TUPLE3 REDUCE
+        self.out += b"(K\x03" + b"U\x01" + arr.dtype.str[:1].encode() + b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb"
+
+    def value(self, v):
+        if isinstance(v, bytes):
+            self.str_(v)
+        elif isinstance(v, str):  # py2 unicode
+            b = v.encode("utf-8")
+            self.out += b"X" + struct.pack("<I", len(b)) + b
+        elif v is None:
+            self.out += b"N"
+        elif isinstance(v, bool):
+            self.out += b"\x88" if v else b"\x89"
+        elif isinstance(v, int):
+            self.int_(v)
+        elif isinstance(v, float):
+            self.out += b"G" + struct.pack(">d", v)
+        elif isinstance(v, list):
+            self.out += b"]("
+            for x in v:
+                self.value(x)
+            self.out += b"e"
+        elif isinstance(v, dict):
+            self.out += b"}("
+            for k, x in v.items():
+                self.value(k)
+                self.value(x)
+            self.out += b"u"
+        elif isinstance(v, np.ndarray):
+            self.glob("numpy.core.multiarray", "_reconstruct")
+            self.glob("numpy", "ndarray")
+            self.out += b"K\x00\x85U\x01b\x87R"
+            self.out += b"(K\x01"
+            self.out += b"("
+            for d in v.shape:
+                self.int_(d)
+            self.out += b"t"
+            self.dtype(v)
+            self.out += b"\x89"
+            self.str_(np.ascontiguousarray(v).tobytes())
+            self.out += b"tb"
+        elif isinstance(v, np.generic):
+            self.glob("numpy.core.multiarray", "scalar")
+            self.dtype(np.asarray(v))
+            self.str_(v.tobytes())
+            self.out += b"\x86R"
+        else:
+            raise TypeError(type(v))
+
+    def dumps(self, v) -> bytes:
+        self.value(v)
+        self.out += b"."
+        return bytes(self.out)
+
+
+def py2_detectron_file(blobs, cfg_text):
+    """A trained-model file as Detectron wrote it under Python 2: `{'blobs', 'cfg'}`, every key a
+    byte string, the cfg a byte string too."""
+    content = {b"blobs": {name.encode(): value for name, value in blobs.items()}, b"cfg": cfg_text.encode()}
+    return Py2Writer().dumps(content)
+
+
+_ATTR_DICT = "!!python/object/new:detectron.utils.collections.AttrDict"
+
+
+def _yaml_value(value, indent):
+    """`value` as PyYAML's Python-2 `yaml.dump` writes it after `KEY: `; later lines at `indent`."""
+    pad = " " * indent
+    if isinstance(value, dict):
+        lines = [_ATTR_DICT, f"{pad}dictitems:"]
+        lines += [f"{pad}  {key}: {_yaml_value(item, indent + 4)}" for key, item in value.items()]
+        lines += [f"{pad}state:", f"{pad}  __immutable__: true"]
+        return "\n".join(lines)
+    if isinstance(value, tuple):
+        return "!!python/tuple [" + ", ".join(_yaml_value(v, indent) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, np.ndarray):
+        data = base64.b64encode(np.ascontiguousarray(value, "<f8").tobytes()).decode("ascii")
+        shape = ", ".join(str(d) for d in value.shape)
+        return "\n".join(
+            [
+                "!!python/object/apply:numpy.core.multiarray._reconstruct",
+                f"{pad}args:",
+                f"{pad}- !!python/name:numpy.ndarray ''",
+                f"{pad}- !!python/tuple [0]",
+                f"{pad}- b",
+                f"{pad}state: !!python/tuple",
+                f"{pad}- 1",
+                f"{pad}- !!python/tuple [{shape}]",
+                f"{pad}- !!python/object/apply:numpy.dtype",
+                f"{pad}  args: [f8, 0, 1]",
+                f"{pad}  state: !!python/tuple [3, <, null, null, null, -1, -1, 0]",
+                f"{pad}- false",
+                f"{pad}- !!binary |",
+                f"{pad}  {data}",
+            ]
+        )
+    if isinstance(value, str) and "." in value:
+        return f"!!python/unicode '{value}'"  # function names came from the YAML file as unicode
+    return str(value)
+
+
+def detectron_cfg_yaml(cfg):
+    """The `cfg` string of a trained Detectron file: nested dicts as AttrDicts, tuples, numpy arrays."""
+    return _yaml_value(cfg, 0) + "\n"
