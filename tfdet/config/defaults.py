@@ -152,6 +152,8 @@ DEFAULTS = (
     ("SOLVER.MOMENTUM", 0.9, "SGD momentum."),
     ("SOLVER.WEIGHT_DECAY", 0.0005, "L2 weight decay."),
     ("SOLVER.WEIGHT_DECAY_GN", 0.0, "L2 weight decay of GroupNorm parameters."),
+    ("SOLVER.BIAS_LR_FACTOR", 2.0, "Bias gradients are scaled by this (Detectron hard-codes 2; maskrcnn-benchmark's key)."),
+    ("SOLVER.WEIGHT_DECAY_BIAS", 0.0, "L2 weight decay of biases (Detectron: none; maskrcnn-benchmark's key)."),
     ("SOLVER.WARM_UP_ITERS", 500, "Iterations of LR warm-up."),
     ("SOLVER.WARM_UP_FACTOR", 1.0 / 3.0, "Warm-up starts at BASE_LR times this."),
     ("SOLVER.WARM_UP_METHOD", "linear", "Warm-up shape: constant or linear."),
@@ -262,6 +264,7 @@ DEFAULTS = (
     ("DOWNLOAD_CACHE", "/tmp/detectron-download-cache", "Local cache for weights and proposals given as URLs."),
     ("CLUSTER.ON_CLUSTER", False, "Running in a cluster environment."),
     # ---- TFDET: keys only tfdet has ----
+    ("TFDET.STRATEGY", "", "tf.distribute strategy: default, mirrored or multi_worker ('' = mirrored when NUM_GPUS > 1)."),
     ("TFDET.ROI_ALIGN_ALIGNED", False, "detectron2's half-pixel RoIAlignV2, not Detectron's RoIAlign (False for Detectron weights)."),
 )
 

@@ -1,0 +1,11 @@
+"""Training engine pieces that do not depend on the detector: optimizer, LR schedule, checkpoints,
+strategies and training statistics. The training loop builds on them.
+
+| module | what it gives |
+|---|---|
+| `lr_schedule` | `lr_at_iter(cfg, it)` (Detectron's get_lr_at_iter), `DetectronLRSchedule.from_cfg(cfg)` (the same in TF) |
+| `optimizer` | `build_optimizer(cfg, model)` -> `DetectronSGD` (Detectron's momentum SGD, bias/GN rules, momentum correction) |
+| `checkpoint` | `TrainingCheckpointer` (save / restore_latest / save_final_weights), `check_finite_losses`, `is_snapshot_iteration` |
+| `strategy` | `build_strategy(cfg)`, `make_logical_cpus(n)`, `scale_replica_loss`, `replica_mean`, `global_batch_size`, `is_chief` |
+| `metrics_log` | `TrainingStats`: json_stats lines, metrics.json, TensorBoard scalars, tqdm bar |
+"""
