@@ -1,0 +1,273 @@
+"""COCO json -> per-image training records ("roidb"), with Detectron's `json_dataset` conventions.
+
+One record per image that training can use, following Detectron's `JsonDataset._add_gt_annotations`
+and `roidb.filter_for_training`:
+- Images in increasing id order; classes are contiguous ids 1..C over the json category ids in
+  increasing order (`tfdet.evaluation.contiguous_to_json_ids` maps them back). Detectron takes
+  `getCatIds()` in json order, which is the same for every COCO json (ids listed ascending).
+- Boxes: json (x, y, w, h) -> x1, y1, x2 = x + max(0, w - 1), y2 = y + max(0, h - 1) (the "+1"
+  convention), clipped to [0, W - 1] x [0, H - 1]. An object is kept when its `area` > 0 and, after
+  clipping, x2 > x1 and y2 > y1 (so boxes 1 pixel wide or tall are dropped); objects with `area` <
+  TRAIN.GT_MIN_AREA or `ignore` == 1 are dropped; polygons with fewer than 3 points are removed.
+- Crowd objects stay, flagged `is_crowd` (Detectron gives them gt_overlaps -1 so they never become
+  foreground; the training targets must ignore them).
+- Keypoints (K, 3) = x, y, v from the annotation (zeros when it has none). Detectron stores them as
+  int32 (truncating fractional json coordinates); here they stay float32, identical for COCO, whose
+  keypoints are integers.
+- An image is skipped when it has no non-crowd object left (Detectron: no foreground or background
+  RoI), or, when keypoints are required, no visible (v > 0) keypoint; the count is logged.
+Horizontal flips are not added as records (Detectron's TRAIN.USE_FLIPPED doubles the roidb): the
+pipeline flips each image at random instead, so one pass over the records is one epoch.
+Segmentations are kept as COCO's compressed RLE (polygons rasterised by pycocotools at the image's
+size) only when masks are asked for, so the pipeline decodes them with TensorFlow ops.
+"""
+
+import dataclasses
+import logging
+import os
+import pathlib
+
+import numpy as np
+import pycocotools.mask as mask_util
+from pycocotools.coco import COCO
+
+logger = logging.getLogger(__name__)
+
+# Detectron's smallest valid polygon: 3 points.
+MIN_POLYGON_COORDS = 6
+
+
+@dataclasses.dataclass
+class ImageRecord:
+    """One training image and its ground truth in original-image pixels (Detectron's roidb entry)."""
+
+    image_id: int
+    file_path: str
+    height: int
+    width: int
+    boxes: np.ndarray  # (N, 4) float32 x1, y1, x2, y2, inclusive pixel indices ("+1" widths)
+    classes: np.ndarray  # (N,) int32 contiguous ids 1..C
+    is_crowd: np.ndarray  # (N,) bool
+    keypoints: np.ndarray | None  # (N, K, 3) float32 x, y, v; None when the dataset has no keypoints
+    mask_rles: list | None  # N compressed COCO RLE `counts` (bytes) at (height, width); None without masks
+
+
+@dataclasses.dataclass
+class Roidb:
+    """A training dataset: its records and what the records' ids and indices mean."""
+
+    records: list
+    json_category_ids: tuple  # json id of contiguous class c is json_category_ids[c - 1]
+    class_names: tuple  # ("__background__", name of class 1, ...)
+    keypoint_names: tuple | None
+    keypoint_flip_pairs: tuple  # (i, j) index pairs that swap under a horizontal flip
+    num_skipped: int  # images dropped because training cannot use them
+
+    @property
+    def num_classes(self):
+        """Classes including the background, as cfg.MODEL.NUM_CLASSES counts them."""
+        return len(self.class_names)
+
+    @property
+    def num_keypoints(self):
+        return 0 if self.keypoint_names is None else len(self.keypoint_names)
+
+
+def keypoint_flip_pairs(keypoint_names, flip_map=None):
+    """Index pairs (i, j) of keypoints that swap under a horizontal flip.
+
+    `flip_map` ({name: name}) gives them explicitly, as Detectron's `keypoint_flip_map`; otherwise
+    every name containing "left" is paired with the same name with "right" when that exists
+    (`left_eye` <-> `right_eye`, `hand_left` <-> `hand_right`).
+    """
+    index = {name: i for i, name in enumerate(keypoint_names)}
+    if flip_map is None:
+        flip_map = {n: n.replace("left", "right") for n in keypoint_names if "left" in n}
+        flip_map = {a: b for a, b in flip_map.items() if b in index}
+    pairs = []
+    for a, b in flip_map.items():
+        if a not in index or b not in index:
+            raise ValueError(f"keypoint flip map names {a!r} <-> {b!r}, not both among {list(keypoint_names)}")
+        pairs.append((index[a], index[b]))
+    return tuple(sorted(pairs))
+
+
+def xywh_to_xyxy_clipped(bbox, height, width):
+    """Detectron's `xywh_to_xyxy` ("+1": x2 = x + max(0, w - 1)) then `clip_xyxy_to_image`."""
+    x, y, w, h = (float(v) for v in bbox)
+    x2, y2 = x + max(0.0, w - 1.0), y + max(0.0, h - 1.0)
+    return _clip(x, width), _clip(y, height), _clip(x2, width), _clip(y2, height)
+
+
+def _clip(coordinate, size):
+    return min(size - 1.0, max(0.0, coordinate))
+
+
+def segmentation_rle(segmentation, height, width):
+    """A COCO segmentation (polygons, uncompressed or compressed RLE) as compressed RLE `counts` bytes."""
+    if isinstance(segmentation, list):
+        if not segmentation:  # every polygon was degenerate: an empty mask
+            return mask_util.encode(np.zeros((height, width), np.uint8, order="F"))["counts"]
+        rle = mask_util.merge(mask_util.frPyObjects(segmentation, height, width))
+    elif isinstance(segmentation, dict) and isinstance(segmentation.get("counts"), list):
+        rle = mask_util.frPyObjects(segmentation, height, width)
+    elif isinstance(segmentation, dict) and isinstance(segmentation.get("counts"), (str, bytes)):
+        rle = segmentation
+    else:
+        raise ValueError(f"unknown segmentation format {type(segmentation).__name__}")
+    if [int(s) for s in rle["size"]] != [height, width]:
+        raise ValueError(f"segmentation of size {list(rle['size'])} on an image of size {[height, width]}")
+    counts = rle["counts"]
+    return counts.encode("ascii") if isinstance(counts, str) else bytes(counts)
+
+
+def load_coco_roidb(
+    annotation_file,
+    image_dir,
+    *,
+    with_masks=False,
+    keypoints_required=False,
+    gt_min_area=-1,
+    keypoint_flip_map=None,
+    check_files=True,
+):
+    """The Roidb of one COCO json: usable images and their ground truth (see the module docstring).
+
+    `with_masks` keeps each object's mask as RLE; `keypoints_required` (cfg.MODEL.KEYPOINTS_ON) also
+    skips images without a visible keypoint; `gt_min_area` is cfg.TRAIN.GT_MIN_AREA.
+    """
+    annotation_file, image_dir = pathlib.Path(annotation_file), pathlib.Path(image_dir)
+    if not annotation_file.is_file():
+        raise FileNotFoundError(f"annotation file {annotation_file} not found")
+    coco = _quiet_coco(annotation_file)
+    json_ids = tuple(sorted(coco.getCatIds()))
+    if not json_ids:
+        raise ValueError(f"{annotation_file} defines no categories")
+    contiguous = {json_id: i + 1 for i, json_id in enumerate(json_ids)}
+    class_names = ("__background__",) + tuple(coco.cats[i]["name"] for i in json_ids)
+    keypoint_names = _keypoint_schema(coco, annotation_file)
+    if keypoints_required and keypoint_names is None:
+        raise ValueError(f"keypoints are required (MODEL.KEYPOINTS_ON) but {annotation_file} has none")
+    flip_pairs = keypoint_flip_pairs(keypoint_names, keypoint_flip_map) if keypoint_names else ()
+
+    records, missing = [], []
+    for image in coco.loadImgs(sorted(coco.getImgIds())):
+        record = _image_record(coco, image, image_dir, contiguous, keypoint_names, with_masks, gt_min_area)
+        usable = bool((~record.is_crowd).any())
+        if keypoints_required:
+            usable = usable and bool((record.keypoints[..., 2] > 0).any())
+        if usable:
+            if check_files and not os.path.exists(record.file_path):
+                missing.append(record.file_path)
+            records.append(record)
+    if missing:
+        raise FileNotFoundError(f"{len(missing)} training images not found, the first: {missing[0]}")
+    num_skipped = len(coco.imgs) - len(records)
+    logger.info(
+        "%s: filtered %d images without usable annotations: %d -> %d",
+        annotation_file.name,
+        num_skipped,
+        len(coco.imgs),
+        len(records),
+    )
+    return Roidb(records, json_ids, class_names, keypoint_names, flip_pairs, num_skipped)
+
+
+def concatenate_roidbs(roidbs):
+    """One Roidb from several with the same categories and keypoints (cfg.TRAIN.DATASETS' union)."""
+    first = roidbs[0]
+    for other in roidbs[1:]:
+        if (other.json_category_ids, other.class_names) != (first.json_category_ids, first.class_names):
+            raise ValueError("training datasets with different categories cannot be combined")
+        if (other.keypoint_names, other.keypoint_flip_pairs) != (first.keypoint_names, first.keypoint_flip_pairs):
+            raise ValueError("training datasets with different keypoints cannot be combined")
+    return dataclasses.replace(
+        first,
+        records=[r for roidb in roidbs for r in roidb.records],
+        num_skipped=sum(r.num_skipped for r in roidbs),
+    )
+
+
+def training_roidb(cfg, dataset_names=None, keypoint_flip_map=None):
+    """The Roidb of cfg.TRAIN.DATASETS (or `dataset_names`), named in `tfdet.data.catalog`."""
+    from tfdet.data.catalog import get_dataset
+
+    names = tuple(dataset_names if dataset_names is not None else cfg.TRAIN.DATASETS)
+    if not names:
+        raise ValueError("no training dataset: set TRAIN.DATASETS")
+    roidbs = []
+    for name in names:
+        spec = get_dataset(name)
+        roidbs.append(
+            load_coco_roidb(
+                spec.annotation_file,
+                spec.image_dir,
+                with_masks=bool(cfg.MODEL.MASK_ON),
+                keypoints_required=bool(cfg.MODEL.KEYPOINTS_ON),
+                gt_min_area=cfg.TRAIN.GT_MIN_AREA,
+                keypoint_flip_map=keypoint_flip_map,
+            )
+        )
+    return concatenate_roidbs(roidbs)
+
+
+def _quiet_coco(annotation_file):
+    """pycocotools' COCO without its progress prints."""
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        return COCO(str(annotation_file))
+
+
+def _keypoint_schema(coco, annotation_file):
+    """The keypoint names the categories share, or None; categories naming different ones are an error."""
+    schemas = {tuple(c["keypoints"]) for c in coco.cats.values() if c.get("keypoints")}
+    if len(schemas) > 1:
+        raise ValueError(f"{annotation_file}: categories define different keypoint lists")
+    return schemas.pop() if schemas else None
+
+
+def _image_record(coco, image, image_dir, contiguous, keypoint_names, with_masks, gt_min_area):
+    height, width = int(image["height"]), int(image["width"])
+    boxes, classes, crowd, keypoints, rles = [], [], [], [], []
+    for obj in coco.loadAnns(coco.getAnnIds(imgIds=image["id"], iscrowd=None)):
+        segmentation = obj.get("segmentation", [])
+        if isinstance(segmentation, list):
+            segmentation = [p for p in segmentation if len(p) >= MIN_POLYGON_COORDS]
+        if obj["area"] < gt_min_area or obj.get("ignore", 0) == 1:
+            continue
+        x1, y1, x2, y2 = xywh_to_xyxy_clipped(obj["bbox"], height, width)
+        if not (obj["area"] > 0 and x2 > x1 and y2 > y1):
+            continue
+        boxes.append((x1, y1, x2, y2))
+        classes.append(contiguous[obj["category_id"]])
+        crowd.append(bool(obj.get("iscrowd", 0)))
+        if keypoint_names is not None:
+            keypoints.append(_object_keypoints(obj, len(keypoint_names)))
+        if with_masks:
+            rles.append(segmentation_rle(segmentation, height, width))
+    num_keypoints = len(keypoint_names) if keypoint_names is not None else 0
+    return ImageRecord(
+        image_id=int(image["id"]),
+        file_path=str(image_dir / image["file_name"]),
+        height=height,
+        width=width,
+        boxes=np.array(boxes, np.float32).reshape(-1, 4),
+        classes=np.array(classes, np.int32),
+        is_crowd=np.array(crowd, bool),
+        keypoints=np.array(keypoints, np.float32).reshape(-1, num_keypoints, 3) if keypoint_names else None,
+        mask_rles=rles if with_masks else None,
+    )
+
+
+def _object_keypoints(obj, num_keypoints):
+    """(K, 3) x, y, v of an annotation; zeros when it has no keypoints."""
+    values = obj.get("keypoints")
+    if not values:
+        return np.zeros((num_keypoints, 3), np.float32)
+    if len(values) != 3 * num_keypoints:
+        raise ValueError(
+            f"annotation {obj.get('id')} has {len(values) // 3} keypoints, its category names {num_keypoints}"
+        )
+    return np.asarray(values, np.float32).reshape(num_keypoints, 3)
