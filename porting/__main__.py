@@ -52,6 +52,17 @@ def _parse(argv):
     return parser.parse_args(argv)
 
 
+def _build_for_port(cfg, allow_missing):
+    """The model of `cfg`; without random draws when the file must fill every weight anyway."""
+    from tfdet.layers import placeholder_initialization
+    from tfdet.modeling import build_model
+
+    if allow_missing:  # weights the file lacks keep Detectron's random initialisation
+        return build_model(cfg)
+    with placeholder_initialization():
+        return build_model(cfg)
+
+
 def _error(message, status):
     print(f"error: {message}", file=sys.stderr)
     return status
@@ -61,7 +72,6 @@ def export_detectron(args):
     """The export-detectron command."""
     from porting.detectron_writer import model_to_blobs, write_detectron_pkl
     from tfdet.config import load_config
-    from tfdet.modeling import build_model
 
     folder = pathlib.Path(args.weights).parent
     cfg_path = args.cfg or folder / "config.yaml"
@@ -75,7 +85,7 @@ def export_detectron(args):
     elif args.preserved:
         return _error(f"{preserved_path} does not exist", 1)
     cfg = load_config(cfg_path, args.opts)
-    model = build_model(cfg)
+    model = _build_for_port(cfg, allow_missing=False)
     model.load_weights(args.weights)
     blobs = model_to_blobs(model, cfg.MRCNN.ROI_MASK_HEAD, preserved)
     write_detectron_pkl(args.out, blobs, cfg.dump())
@@ -89,7 +99,6 @@ def port_detectron(args):
     from porting.file_config import FileConfigError, config_from_cfg_text
     from porting.pickle_reader import read_weight_file
     from tfdet.config import load_config
-    from tfdet.modeling import build_model
 
     try:
         weight_file = read_weight_file(args.weights)
@@ -103,7 +112,7 @@ def port_detectron(args):
             else:
                 cfg = config_from_cfg_text(weight_file.cfg_text, args.weights, args.opts)
                 print(f"building the model from the config saved in {args.weights}")
-            model = build_model(cfg)
+            model = _build_for_port(cfg, args.allow_missing)
             report = port_weight_file(model, cfg, weight_file, args.weights, args.allow_missing, progress=True)
         except FileConfigError as error:
             return _error(error, 1)
@@ -120,10 +129,9 @@ def port_maskrcnn_benchmark(args):
     """The maskrcnn-benchmark command."""
     from porting.maskrcnn_benchmark_loader import load_maskrcnn_benchmark_weights
     from tfdet.config import load_config
-    from tfdet.modeling import build_model
 
     cfg = load_config(args.cfg, args.opts)
-    model = build_model(cfg)
+    model = _build_for_port(cfg, args.allow_missing)
     try:
         report = load_maskrcnn_benchmark_weights(model, cfg, args.weights, args.allow_missing, progress=True)
     except WeightFileError as error:

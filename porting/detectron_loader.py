@@ -115,7 +115,7 @@ def port_blobs(model, blobs, path="<blobs>", mask_head="", allow_missing=False, 
             report.preserved[name] = np.asarray(blobs[name])
     if not report.mismatched and (allow_missing or not report.missing):
         for variable, value in assignments:
-            variable.assign(value.astype(variable.dtype))
+            variable.assign(value.astype(variable.dtype, copy=False))
     return report
 
 

@@ -120,3 +120,16 @@ def test_imagenet_file_without_cfg_is_refused_with_a_hint(tmp_path):
 def test_export_without_config_next_to_weights_says_so(tmp_path):
     done = run_porting("export-detectron", "--weights", tmp_path / "x.weights.h5", "--out", tmp_path / "x.pkl")
     assert done.returncode == 1 and "config.yaml does not exist, pass --cfg" in done.stderr
+
+
+def test_placeholder_initialization_fills_kernels_with_zeros_only_inside_the_block():
+    from tfdet.layers import CaffeConv2D, FlattenDense, placeholder_initialization
+
+    with placeholder_initialization():
+        conv, dense = CaffeConv2D(4, 3, kernel_initializer="lecun_uniform"), FlattenDense(3)
+        conv.build((None, 5, 5, 2))
+        dense.build((None, 2, 2, 2))
+    assert not conv.kernel.numpy().any() and not dense.kernel.numpy().any()
+    random_conv = CaffeConv2D(4, 3, kernel_initializer="lecun_uniform")
+    random_conv.build((None, 5, 5, 2))
+    assert random_conv.kernel.numpy().std() > 0

@@ -4,6 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdet.config import Config, load_config
+from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
 from tfdet.ops.masks import paste_masks
 from tfdet.preprocessing import batch_images, prepare_image
@@ -18,8 +19,11 @@ class Predictor:
 
     def __init__(self, cfg, weights=None):
         self.cfg = cfg if isinstance(cfg, Config) else load_config(cfg)
-        self.model = build_model(self.cfg)
-        if weights is not None:
+        if weights is None:
+            self.model = build_model(self.cfg)
+        else:
+            with placeholder_initialization():  # every weight comes from the file
+                self.model = build_model(self.cfg)
             load_weights(self.model, self.cfg, weights)
         self._run = tf.function(
             self.model,

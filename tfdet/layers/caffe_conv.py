@@ -3,6 +3,8 @@
 import keras
 import tensorflow as tf
 
+from tfdet.layers.initialization import initializer_for
+
 
 class CaffeConv2D(keras.layers.Layer):
     """Convolution padded by `padding` pixels on every side, as Caffe2's `Conv(pad=p)`.
@@ -53,7 +55,7 @@ class CaffeConv2D(keras.layers.Layer):
         self.kernel = self.add_weight(
             name="kernel",
             shape=(self.kernel_size, self.kernel_size, in_channels // self.groups, self.filters),
-            initializer=self.kernel_initializer,
+            initializer=initializer_for(self.kernel_initializer),
         )
         self.bias = (
             self.add_weight(name="bias", shape=(self.filters,), initializer=self.bias_initializer)

@@ -2,6 +2,8 @@
 
 import keras
 
+from tfdet.layers.initialization import initializer_for
+
 
 class FlattenDense(keras.layers.Layer):
     """Dense over `inputs` (R, h, w, c) flattened in NHWC order, with `kernel` (h*w*c, units).
@@ -20,7 +22,7 @@ class FlattenDense(keras.layers.Layer):
         self.input_hwc = tuple(int(d) for d in input_shape[1:])
         height, width, channels = self.input_hwc
         self.kernel = self.add_weight(
-            name="kernel", shape=(height * width * channels, self.units), initializer=self.kernel_initializer
+            name="kernel", shape=(height * width * channels, self.units), initializer=initializer_for(self.kernel_initializer)
         )
         self.bias = self.add_weight(name="bias", shape=(self.units,), initializer="zeros")
 
