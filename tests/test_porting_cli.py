@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT
+from porting.__main__ import main as porting_main
 from porting.file_config import FileConfigError, config_from_cfg_text
 from test_porting import CONFIG, SMALL, cfg, same_weights, source  # noqa: F401 (fixtures)
 from tfdet.config import load_config
@@ -109,17 +110,19 @@ def test_port_without_cfg_then_export_preserves_unused_blobs(cfg, source, tmp_pa
         np.testing.assert_array_equal(saved[name], value)
 
 
-def test_imagenet_file_without_cfg_is_refused_with_a_hint(tmp_path):
+def test_imagenet_file_without_cfg_is_refused_with_a_hint(tmp_path, capsys):
     path = tmp_path / "R-50.pkl"
     path.write_bytes(pickle.dumps({"conv1_w": np.zeros((64, 3, 7, 7), np.float32)}, protocol=2))
-    done = run_porting("detectron", "--weights", path, "--out", tmp_path / "out")
-    assert done.returncode == 1 and "holds no config" in done.stderr and "pass --cfg" in done.stderr
+    assert porting_main(["detectron", "--weights", str(path), "--out", str(tmp_path / "out")]) == 1
+    error = capsys.readouterr().err
+    assert "holds no config" in error and "pass --cfg" in error
     assert not (tmp_path / "out").exists()
 
 
-def test_export_without_config_next_to_weights_says_so(tmp_path):
-    done = run_porting("export-detectron", "--weights", tmp_path / "x.weights.h5", "--out", tmp_path / "x.pkl")
-    assert done.returncode == 1 and "config.yaml does not exist, pass --cfg" in done.stderr
+def test_export_without_config_next_to_weights_says_so(tmp_path, capsys):
+    argv = ["export-detectron", "--weights", str(tmp_path / "x.weights.h5"), "--out", str(tmp_path / "x.pkl")]
+    assert porting_main(argv) == 1
+    assert "config.yaml does not exist, pass --cfg" in capsys.readouterr().err
 
 
 def test_placeholder_initialization_fills_kernels_with_zeros_only_inside_the_block():
