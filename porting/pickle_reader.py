@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import _compat_pickle
 import collections
+import contextlib
 import dataclasses
 import os
 import pickle
@@ -238,27 +239,38 @@ class RestrictedUnpickler(pickle.Unpickler):
         )
 
 
-def _fail(path, what):
+def file_error(path, what):
+    """The one-line WeightFileError naming `path`."""
     return WeightFileError(f"{path}: {what}")
 
 
-def _unpickle(path: str) -> Any:
+
+
+@contextlib.contextmanager
+def opened_with_head(path, noun, expected, head_size):
+    """(file, its first `head_size` bytes); one-line errors when `path` (a `noun`) cannot be opened or is
+    empty (not `expected`)."""
     try:
         f = open(path, "rb")
     except OSError as e:
-        raise _fail(path, f"cannot open weight file ({e.strerror or e})") from None
+        raise file_error(path, f"cannot open {noun} ({e.strerror or e})") from None
     with f:
-        head = f.read(4)
+        head = f.read(head_size)
         if not head:
-            raise _fail(path, "empty file (0 bytes), not a pickle file")
+            raise file_error(path, f"empty file (0 bytes), not {expected}")
+        yield f, head
+
+
+def _unpickle(path: str) -> Any:
+    with opened_with_head(path, "weight file", "a pickle file", 4) as (f, head):
         if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
-            raise _fail(
+            raise file_error(
                 path,
                 "is a zip archive, not a pickle file (a PyTorch .pth checkpoint? "
                 "those need the .pth reader: porting.read_pth)",
             )
         if len(head) < 2 or head[0] != 0x80 or not 2 <= head[1] <= 5:
-            raise _fail(
+            raise file_error(
                 path,
                 f"not a pickle file: expected a protocol 2-5 pickle header (b'\\x80\\x02'..b'\\x80\\x05'), "
                 f"file starts with {head!r}",
@@ -274,15 +286,15 @@ def load_restricted(unpickler: RestrictedUnpickler, path: str) -> Any:
     except WeightFileError:
         raise
     except EOFError:
-        raise _fail(path, "truncated pickle (the file ends before the pickle is complete)") from None
+        raise file_error(path, "truncated pickle (the file ends before the pickle is complete)") from None
     except pickle.UnpicklingError as e:
         msg = str(e)
         if "truncated" in msg:
-            raise _fail(path, f"truncated pickle ({msg})") from None
-        raise _fail(path, f"corrupt pickle ({msg})") from None
+            raise file_error(path, f"truncated pickle ({msg})") from None
+        raise file_error(path, f"corrupt pickle ({msg})") from None
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
             UnicodeError, MemoryError, RecursionError) as e:
-        raise _fail(path, f"corrupt pickle ({type(e).__name__}: {e})") from None
+        raise file_error(path, f"corrupt pickle ({type(e).__name__}: {e})") from None
 
 
 def _key(path, k) -> str:
@@ -290,7 +302,7 @@ def _key(path, k) -> str:
         return k
     if isinstance(k, (bytes, bytearray)):
         return bytes(k).decode("latin1")
-    raise _fail(path, f"blob name {k!r} is a {type(k).__name__}, expected a string")
+    raise file_error(path, f"blob name {k!r} is a {type(k).__name__}, expected a string")
 
 
 def _as_blob(value):
@@ -316,9 +328,9 @@ def read_weight_file(path) -> WeightFile:
     path = os.fspath(path)
     top = _unpickle(path)
     if type(top) is int and top == TORCH_LEGACY_MAGIC:
-        raise _fail(path, "is a legacy (non-zip) torch.save file; use the .pth reader (porting.read_pth)")
+        raise file_error(path, "is a legacy (non-zip) torch.save file; use the .pth reader (porting.read_pth)")
     if not isinstance(top, dict):
-        raise _fail(path, f"top level of the pickle is a {type(top).__name__}, expected a dict of blobs")
+        raise file_error(path, f"top level of the pickle is a {type(top).__name__}, expected a dict of blobs")
     top = {_key(path, k): v for k, v in top.items()}
 
     extras: dict[str, Any] = {}
@@ -326,12 +338,12 @@ def read_weight_file(path) -> WeightFile:
     if "blobs" in top:
         raw = top.pop("blobs")
         if not isinstance(raw, dict):
-            raise _fail(path, f"'blobs' entry is a {type(raw).__name__}, expected a dict")
+            raise file_error(path, f"'blobs' entry is a {type(raw).__name__}, expected a dict")
         cfg = top.pop("cfg", None)
         if isinstance(cfg, (bytes, bytearray)):
             cfg = bytes(cfg).decode("utf-8", errors="replace")
         if cfg is not None and not isinstance(cfg, str):
-            raise _fail(path, f"'cfg' entry is a {type(cfg).__name__}, expected a YAML string")
+            raise file_error(path, f"'cfg' entry is a {type(cfg).__name__}, expected a YAML string")
         cfg_text = cfg
         # Other top-level keys (none in Detectron's own files) are reported, never dropped.
         extras.update(top)

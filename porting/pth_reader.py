@@ -44,8 +44,9 @@ from porting.pickle_reader import (
     TORCH_LEGACY_MAGIC,
     FrozenCallable,
     RestrictedUnpickler,
-    WeightFileError,
+    file_error,
     load_restricted,
+    opened_with_head,
 )
 
 __all__ = ["read_pth"]
@@ -73,9 +74,6 @@ _TORCH_DTYPES = {
 }  # fmt: skip
 _STORAGE_KEY = re.compile(r"^[0-9A-Za-z_]+$")
 
-
-def _fail(path, what):
-    return WeightFileError(f"{path}: {what}")
 
 
 class _Inert:
@@ -132,20 +130,20 @@ def _torch_globals(path):
 
     def tensor(storage, offset, size, stride):
         if not isinstance(storage, _StorageRef):
-            raise _fail(path, "corrupt pickle (a tensor's storage is not a persistent storage id)")
+            raise file_error(path, "corrupt pickle (a tensor's storage is not a persistent storage id)")
         size, stride = tuple(size), tuple(stride)
         if not _is_count(offset) or not all(map(_is_count, size + stride)) or len(size) != len(stride):
-            raise _fail(path, f"corrupt pickle (tensor offset {offset!r}, size {size!r}, stride {stride!r})")
+            raise file_error(path, f"corrupt pickle (tensor offset {offset!r}, size {size!r}, stride {stride!r})")
         return _TensorRef(storage=storage, offset=offset, size=size, stride=stride)
 
     def rebuild_tensor_v2(storage, offset, size, stride, requires_grad=False, backward_hooks=None, metadata=None):
         if backward_hooks:  # hooks are callables: a state dict never has any
-            raise _fail(path, "corrupt pickle (a tensor carries backward hooks)")
+            raise file_error(path, "corrupt pickle (a tensor carries backward hooks)")
         return tensor(storage, offset, size, stride)
 
     def rebuild_parameter(data, requires_grad=False, backward_hooks=None):
         if not isinstance(data, _TensorRef) or backward_hooks:
-            raise _fail(path, "corrupt pickle (a parameter without a tensor, or with backward hooks)")
+            raise file_error(path, "corrupt pickle (a parameter without a tensor, or with backward hooks)")
         return data
 
     allowed = {
@@ -174,18 +172,18 @@ class _PthUnpickler(RestrictedUnpickler):
     def persistent_load(self, pid):
         fields = 6 if self._legacy else 5
         if not isinstance(pid, tuple) or len(pid) != fields or pid[0] != "storage":
-            raise _fail(self._path, f"unexpected persistent id {pid!r:.80} (only tensor storages are read)")
+            raise file_error(self._path, f"unexpected persistent id {pid!r:.80} (only tensor storages are read)")
         _, storage_type, key, location, numel = pid[:5]
         if not isinstance(storage_type, _StorageType):
-            raise _fail(self._path, f"persistent id names {storage_type!r:.60}, not a torch storage type")
+            raise file_error(self._path, f"persistent id names {storage_type!r:.60}, not a torch storage type")
         if not isinstance(key, str) or not _STORAGE_KEY.match(key) or not isinstance(location, str):
-            raise _fail(self._path, f"bad storage key {key!r:.60} or location {location!r:.60}")
+            raise file_error(self._path, f"bad storage key {key!r:.60} or location {location!r:.60}")
         if not _is_count(numel):
-            raise _fail(self._path, f"bad element count {numel!r:.60} for storage {key}")
+            raise file_error(self._path, f"bad element count {numel!r:.60} for storage {key}")
         view = pid[5] if self._legacy else None
         if view is not None:  # legacy storage view: (view_key, offset, numel) into the root storage
             if not (isinstance(view, tuple) and len(view) == 3 and _is_count(view[1]) and _is_count(view[2])):
-                raise _fail(self._path, f"bad storage view {view!r:.60}")
+                raise file_error(self._path, f"bad storage view {view!r:.60}")
             view = (view[1], view[2])
         ref = _StorageRef(key=key, dtype=storage_type.dtype, numel=numel, view=view)
         self.first_refs.setdefault(key, ref)
@@ -201,12 +199,12 @@ def _storage_array(path, ref, raw, byteorder):
     """The 1-D array of `ref` from its storage's raw bytes (native byte order, read-only view)."""
     dtype = _element_dtype(ref.dtype, byteorder)
     if len(raw) != ref.numel * dtype.itemsize:
-        raise _fail(path, f"storage {ref.key} has {len(raw)} bytes, the pickle says {ref.numel} x {dtype.itemsize}")
+        raise file_error(path, f"storage {ref.key} has {len(raw)} bytes, the pickle says {ref.numel} x {dtype.itemsize}")
     flat = np.frombuffer(raw, dtype=dtype)
     if ref.view is not None:
         start, count = ref.view
         if start + count > flat.size:
-            raise _fail(path, f"storage view {ref.view} lies outside storage {ref.key} ({flat.size} elements)")
+            raise file_error(path, f"storage view {ref.view} lies outside storage {ref.key} ({flat.size} elements)")
         flat = flat[start : start + count]
     return flat
 
@@ -224,7 +222,7 @@ def _tensor_array(path, tensor, flat):
         return _widen(np.empty(tensor.size, dtype=flat.dtype), tensor.storage.dtype)
     last = tensor.offset + sum((n - 1) * s for n, s in zip(tensor.size, tensor.stride))
     if last >= flat.size:
-        raise _fail(
+        raise file_error(
             path,
             f"tensor of size {tensor.size}, stride {tensor.stride}, offset {tensor.offset} reaches element "
             f"{last} of storage {tensor.storage.key}, which has {flat.size}",
@@ -258,16 +256,16 @@ def _materialize(path, obj, storage_array):
     try:
         return convert(obj)
     except RecursionError:
-        raise _fail(path, "containers nested too deeply") from None
+        raise file_error(path, "containers nested too deeply") from None
     except (ValueError, OverflowError, MemoryError) as e:
-        raise _fail(path, f"cannot build a tensor ({type(e).__name__}: {e})") from None
+        raise file_error(path, f"cannot build a tensor ({type(e).__name__}: {e})") from None
 
 
 def _checked_name(path, name):
     """Refuse archive entry names that look like path traversal (we never extract, but say so)."""
     parts = name.replace("\\", "/").split("/")
     if name.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
-        raise _fail(path, f"refused zip entry {name!r}: absolute or '..' path (not a torch.save archive)")
+        raise file_error(path, f"refused zip entry {name!r}: absolute or '..' path (not a torch.save archive)")
     return name
 
 
@@ -275,28 +273,28 @@ def _read_zip(path):
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
-        raise _fail(path, f"not a readable zip archive, truncated or corrupt ({e})") from None
+        raise file_error(path, f"not a readable zip archive, truncated or corrupt ({e})") from None
     with archive:
         names = [_checked_name(path, n) for n in archive.namelist()]
         pickles = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
         if len(pickles) != 1:
             found = f"{len(pickles)} found"
-            raise _fail(path, f"zip archive without exactly one <name>/data.pkl ({found}): not a torch.save file")
+            raise file_error(path, f"zip archive without exactly one <name>/data.pkl ({found}): not a torch.save file")
         prefix = pickles[0][: -len("data.pkl")]
 
         def record(name):
             try:
                 return archive.read(prefix + name)
             except KeyError:
-                raise _fail(path, f"zip archive has no {prefix + name}") from None
+                raise file_error(path, f"zip archive has no {prefix + name}") from None
             except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as e:
-                raise _fail(path, f"cannot read {prefix + name}: truncated or corrupt ({e})") from None
+                raise file_error(path, f"cannot read {prefix + name}: truncated or corrupt ({e})") from None
 
         byteorder = "little"
         if prefix + "byteorder" in names:
             byteorder = record("byteorder").decode("ascii", "replace").strip()
             if byteorder not in ("little", "big"):
-                raise _fail(path, f"unknown byteorder record {byteorder!r}")
+                raise file_error(path, f"unknown byteorder record {byteorder!r}")
         top = load_restricted(_PthUnpickler(io.BytesIO(record("data.pkl")), path, legacy=False), path)
         cache = {}
 
@@ -315,31 +313,31 @@ def _read_legacy(path, f):
     magic = load()
     if type(magic) is not int or magic != TORCH_LEGACY_MAGIC:
         hint = " (a Detectron .pkl? read it with porting.read_weight_file)" if isinstance(magic, dict) else ""
-        raise _fail(path, f"a plain pickle, not a torch.save checkpoint: no torch magic number{hint}")
+        raise file_error(path, f"a plain pickle, not a torch.save checkpoint: no torch magic number{hint}")
     version = load()
     if type(version) is not int or version != _LEGACY_PROTOCOL_VERSION:
-        raise _fail(path, f"legacy torch.save protocol {version!r:.40}, expected {_LEGACY_PROTOCOL_VERSION}")
+        raise file_error(path, f"legacy torch.save protocol {version!r:.40}, expected {_LEGACY_PROTOCOL_VERSION}")
     if not isinstance(load(), dict):
-        raise _fail(path, "corrupt legacy torch.save file (its sys info is not a dict)")
+        raise file_error(path, "corrupt legacy torch.save file (its sys info is not a dict)")
     unpickler = _PthUnpickler(f, path, legacy=True)
     top = load(unpickler)
     keys = load()
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-        raise _fail(path, "corrupt legacy torch.save file (bad storage key list)")
+        raise file_error(path, "corrupt legacy torch.save file (bad storage key list)")
     raw, size = {}, os.fstat(f.fileno()).st_size
     for key in keys:  # each: int64 element count, then the little-endian elements
         if key not in unpickler.first_refs:
-            raise _fail(path, f"storage {key!r:.40} is stored but no tensor refers to it")
+            raise file_error(path, f"storage {key!r:.40} is stored but no tensor refers to it")
         itemsize = _element_dtype(unpickler.first_refs[key].dtype, "little").itemsize
         head = f.read(8)
         count = int.from_bytes(head, "little", signed=True) if len(head) == 8 else -1
         if not 0 <= count * itemsize <= size - f.tell():
-            raise _fail(path, f"truncated legacy torch.save file (storage {key} is incomplete)")
+            raise file_error(path, f"truncated legacy torch.save file (storage {key} is incomplete)")
         raw[key] = f.read(count * itemsize)
 
     def storage_array(ref):
         if ref.key not in raw:
-            raise _fail(path, f"storage {ref.key} is referred to but missing from the file")
+            raise file_error(path, f"storage {ref.key} is referred to but missing from the file")
         return _storage_array(path, ref, raw[ref.key], "little")
 
     return _materialize(path, top, storage_array)
@@ -352,24 +350,17 @@ def read_pth(path) -> dict:
     ``WeightFileError`` (one line, naming the file) for anything missing, truncated or corrupt.
     """
     path = os.fspath(path)
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        raise _fail(path, f"cannot open checkpoint ({e.strerror or e})") from None
-    with f:
-        head = f.read(512)
-        if not head:
-            raise _fail(path, "empty file (0 bytes), not a torch.save checkpoint")
+    with opened_with_head(path, "checkpoint", "a torch.save checkpoint", 512) as (f, head):
         if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
             top = _read_zip(path)
         elif len(head) > 262 and head[257:262] == b"ustar":
-            raise _fail(path, "tar-format torch.save file (PyTorch 0.1.x): not supported, re-save it with a newer PyTorch")
+            raise file_error(path, "tar-format torch.save file (PyTorch 0.1.x): not supported, re-save it with a newer PyTorch")
         elif len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
             f.seek(0)
             top = _read_legacy(path, f)
         else:
             what = f"neither a zip archive nor a legacy pickle; starts with {head[:8]!r}"
-            raise _fail(path, f"not a torch.save checkpoint ({what})")
+            raise file_error(path, f"not a torch.save checkpoint ({what})")
     if not isinstance(top, dict):
-        raise _fail(path, f"top level is a {type(top).__name__}, expected a dict (a checkpoint or a state dict)")
+        raise file_error(path, f"top level is a {type(top).__name__}, expected a dict (a checkpoint or a state dict)")
     return top

@@ -33,6 +33,8 @@ import cv2
 import numpy as np
 import pycocotools.mask as mask_util
 
+from tfdet.data.roidb import keypoint_flip_pairs
+
 GENERATOR_VERSION = 1
 CATEGORY_NAMES = ("square", "circle", "triangle")
 KEYPOINT_NAMES = ("top", "left", "right", "bottom", "center")
@@ -76,12 +78,7 @@ class Shape:
 
 def keypoint_flip_map():
     """Index pairs of keypoints that swap under a horizontal flip (left <-> right)."""
-    index = {name: i for i, name in enumerate(KEYPOINT_NAMES)}
-    return [
-        (i, index[name.replace("left", "right")])
-        for i, name in enumerate(KEYPOINT_NAMES)
-        if "left" in name and name.replace("left", "right") in index
-    ]
+    return list(keypoint_flip_pairs(KEYPOINT_NAMES))
 
 
 def categories():
