@@ -27,12 +27,17 @@ from tfdet.layers.image_info import ImInfo
 from tfdet.modeling.registry import BODIES, BOX_HEADS, KEYPOINT_HEADS, MASK_HEADS
 from tfdet.modeling.roi_heads import add_fast_rcnn_outputs, add_keypoint_outputs, add_mask_rcnn_outputs
 from tfdet.modeling.rpn import add_proposals, add_rpn_head
+from tfdet.modeling.training_graph import build_training_model
 
 
 def build_model(cfg, training=False):
-    """The generalized R-CNN of `cfg` (Detectron's MODEL.TYPE generalized_rcnn) as a keras.Model."""
+    """The generalized R-CNN of `cfg` (Detectron's MODEL.TYPE generalized_rcnn) as a keras.Model.
+
+    `training` True builds the training graph instead (`tfdet.modeling.training_graph`): the batch
+    dict in, Detectron's loss terms out, with the same Detectron-named layers.
+    """
     if training:
-        raise NotImplementedError("The training graph is built by tfdet.train (not available yet).")
+        return build_training_model(cfg)
     if cfg.MODEL.TYPE != "generalized_rcnn":
         raise ValueError(f"MODEL.TYPE {cfg.MODEL.TYPE!r} is not supported; tfdet builds 'generalized_rcnn'")
     inputs = {"images": keras.Input((None, None, 3), name="images"), "image_info": keras.Input((3,), name="image_info")}

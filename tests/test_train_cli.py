@@ -1,0 +1,117 @@
+"""python -m tfdet.train end to end on the tiny config (checkpoints, metrics.json, final weights, evaluation),
+and a run killed with SIGKILL after a checkpoint that resumes to exactly the state of an uninterrupted run."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import tensorflow as tf
+from training_fixtures import TINY_CONFIG, tiny_cfg
+
+from tfdet.engine.lr_schedule import lr_at_iter
+from tfdet.train import main
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+# 6 iterations: warm-up over the first 2, an LR step (and momentum correction) at 4, checkpoints at 2, 4, 6.
+# Faster R-CNN only, to keep the three processes of this test short.
+OVERRIDES = [
+    "SOLVER.MAX_ITER", "6", "TRAIN.SNAPSHOT_ITERS", "2", "SOLVER.WARM_UP_ITERS", "2", "SOLVER.STEPS", "[0, 4]",
+    "MODEL.MASK_ON", "False", "MODEL.KEYPOINTS_ON", "False",
+]
+# Deterministic kernels: a resumed run repeats the uninterrupted one bit for bit.
+ENV = dict(os.environ, TF_DETERMINISTIC_OPS="1", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(REPO_ROOT))
+
+
+def start_training(output_dir, *flags):
+    log = open(output_dir.with_suffix(".log"), "w")
+    command = [sys.executable, "-m", "tfdet.train", "--cfg", str(TINY_CONFIG), *flags, "OUTPUT_DIR", str(output_dir),
+               *OVERRIDES]
+    return subprocess.Popen(command, cwd=REPO_ROOT, env=ENV, stdout=log, stderr=subprocess.STDOUT)
+
+
+def finish(process, output_dir, timeout=300):
+    process.wait(timeout=timeout)
+    log = output_dir.with_suffix(".log").read_text()
+    assert process.returncode == 0, log[-4000:]
+    return log
+
+
+def checkpoint_written(output_dir):
+    """Whether a checkpoint is complete: TF's `checkpoint` index names it (written after its files)."""
+    state = output_dir / "checkpoint"
+    return state.exists() and "model_iter-" in state.read_text()
+
+
+def checkpoint_values(prefix):
+    reader = tf.train.load_checkpoint(str(prefix))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def h5_values(path):
+    values = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, item: values.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset) else None)
+    return values
+
+
+def metrics_records(output_dir):
+    return [json.loads(line) for line in (output_dir / "metrics.json").read_text().splitlines()]
+
+
+def test_train_end_to_end_and_resume_after_sigkill(tmp_path):
+    full_dir, killed_dir = tmp_path / "full", tmp_path / "killed"
+    full = start_training(full_dir)
+    killed = start_training(killed_dir, "--skip-test")
+    deadline = time.monotonic() + 300
+    while not checkpoint_written(killed_dir) and killed.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert killed.returncode == -signal.SIGKILL, killed_dir.with_suffix(".log").read_text()[-4000:]
+    assert not (killed_dir / "model_final.weights.h5").exists()
+    resumed_log = finish(start_training(killed_dir, "--skip-test"), killed_dir)
+    full_log = finish(full, full_dir)
+
+    # The uninterrupted run: checkpoints, json_stats, final weights with their config, evaluation.
+    for name in ("model_iter-2.index", "model_iter-4.index", "model_iter-6.index", "model_final.weights.h5",
+                 "config.yaml", "results_shapes_val.json", "metrics_shapes_val.json"):
+        assert (full_dir / name).is_file(), name
+    assert any((full_dir / "tensorboard").iterdir())
+    cfg = tiny_cfg(*OVERRIDES)
+    records = metrics_records(full_dir)
+    assert [r["iter"] for r in records] == [0, 5]
+    assert [r["lr"] for r in records] == [float(lr_at_iter(cfg, 0)), float(lr_at_iter(cfg, 5))]
+    assert {"loss", "loss_rpn_cls", "loss_rpn_bbox", "loss_cls", "loss_bbox", "accuracy_cls", "time", "eta"} <= set(
+        records[0])
+    assert full_log.count("json_stats: ") == 2
+    assert set(json.loads((full_dir / "metrics_shapes_val.json").read_text())) == {"bbox"}
+
+    # The killed run resumed from its newest checkpoint and reached the same iteration, LR, momentum and weights.
+    assert "Resumed from" in resumed_log, resumed_log[-3000:]
+    assert metrics_records(killed_dir)[-1]["iter"] == 5
+    assert metrics_records(killed_dir)[-1]["lr"] == records[-1]["lr"]
+    full_state = checkpoint_values(full_dir / "model_iter-6")
+    resumed_state = checkpoint_values(killed_dir / "model_iter-6")
+    assert full_state.keys() == resumed_state.keys()
+    assert any("momentum" in name for name in full_state) and any("iteration" in name for name in full_state)
+    for name, value in full_state.items():
+        np.testing.assert_array_equal(resumed_state[name], value, err_msg=name)
+    full_weights = h5_values(full_dir / "model_final.weights.h5")
+    resumed_weights = h5_values(killed_dir / "model_final.weights.h5")
+    assert full_weights.keys() == resumed_weights.keys() and len(full_weights) > 100
+    for name, value in full_weights.items():
+        np.testing.assert_array_equal(resumed_weights[name], value, err_msg=name)
+
+
+def test_bad_command_lines_are_one_line_errors(tmp_path, capsys):
+    assert main(["--cfg", str(tmp_path / "missing.yaml")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: config file not found: {tmp_path / 'missing.yaml'}"
+    assert main(["--cfg", str(TINY_CONFIG), "SOLVER.MAX_ITERS", "5"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("error: ") and "SOLVER.MAX_ITER" in error and len(error.splitlines()) == 1

@@ -1,0 +1,222 @@
+"""The training loop: Detectron's `tools/train_net.py` + `utils/train.py` on a tf.distribute strategy.
+
+    trainer = Trainer(cfg)          # strategy, training model, optimizer, checkpointer
+    trainer.initialize()            # resume from OUTPUT_DIR, else TRAIN.WEIGHTS, else the builders' init
+    trainer.train()                 # iterations up to SOLVER.MAX_ITER, checkpoints, json_stats, final weights
+
+Initial weights are drawn from RNG_SEED (Detectron seeds its RNGs with it). Each iteration runs
+`strategy.run` of one step per replica: the training model's loss terms on the replica's
+TRAIN.IMS_PER_BATCH images, their sum scaled by 1 / replicas (Detectron's GetLossScale; Keras'
+optimizer sums the replica gradients) and Detectron's SGD at the LR of the iteration
+(`optimizer.iterations`). Sampling seeds are per image, (RNG_SEED, iteration * global batch + the
+image's index in the global batch), so the draws do not depend on how the batch is split.
+
+State: a checkpoint holds the weights, the momentum and the iteration; the input pipeline is a pure
+function of RNG_SEED and the iteration (`tfdet.data.pipeline`, `start_step`), so the iteration is
+also the data position: a resumed run sees the batches the interrupted one would have seen. The
+loss terms are checked (NaN/inf stop the run) before any checkpoint of their iteration. At the end
+the weights go into an inference model by Detectron blob name and are saved as
+`model_final.weights.h5` (with `config.yaml`), which `tfdet.inference.Predictor` loads.
+"""
+
+import dataclasses
+import logging
+import os
+
+import keras
+import tensorflow as tf
+
+from tfdet.data.pipeline import distributed_dataset_fn
+from tfdet.data.roidb import training_roidb
+from tfdet.engine.checkpoint import (
+    FINAL_WEIGHTS,
+    TrainingCheckpointer,
+    check_finite_losses,
+    is_snapshot_iteration,
+)
+from tfdet.engine.lr_schedule import lr_at_iter
+from tfdet.engine.metrics_log import TrainingStats
+from tfdet.engine.optimizer import build_optimizer
+from tfdet.engine.strategy import build_strategy, global_batch_size, is_chief, scale_replica_loss
+from tfdet.layers import placeholder_initialization
+from tfdet.modeling import build_model
+from tfdet.modeling.training_graph import copy_weights_by_blob_name, loss_terms
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.yaml"
+
+
+@dataclasses.dataclass
+class TrainingResult:
+    """What a `Trainer.train` call did: the iteration it started at and ended at, the final weights file."""
+
+    start_iter: int
+    end_iter: int
+    final_weights: str
+    resumed_from: str | None = None
+
+
+def image_seeds(rng_seed, iteration, global_batch, batch_size):
+    """(B, 2) int64 sampling seeds of this replica's B images (call inside `strategy.run`).
+
+    Seed of an image: (RNG_SEED, iteration * global batch + its index in the global batch), the index
+    being replica id * B + position, so one device on the whole batch draws what the replicas draw.
+    """
+    replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int64)
+    batch_size = tf.cast(batch_size, tf.int64)
+    index = tf.cast(iteration, tf.int64) * global_batch + replica * batch_size + tf.range(batch_size)
+    return tf.stack([tf.fill(tf.shape(index), tf.constant(rng_seed, tf.int64)), index], axis=1)
+
+
+def load_initial_weights(model, cfg, path):
+    """TRAIN.WEIGHTS into the training model: a Detectron `.pkl` (an ImageNet backbone or a whole
+    model; blobs the file lacks keep their initialisation), our `.weights.h5` (an inference model's
+    weights, copied by blob name) or a training checkpoint of ours (a prefix or its folder)."""
+    path = os.fspath(path)
+    if path.endswith(".pkl"):
+        from porting import load_detectron_weights  # porting builds on tfdet: imported only for .pkl files
+
+        report = load_detectron_weights(model, cfg, path, allow_missing=True)
+        logger.info("Initialised from %s: %d blobs loaded, %d missing", path, len(report.loaded), len(report.missing))
+        return
+    if path.endswith(".h5"):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"TRAIN.WEIGHTS file not found: {path}")
+        with placeholder_initialization():
+            source = build_model(cfg)
+        source.load_weights(path)
+        copy_weights_by_blob_name(source, model, cfg.MRCNN.ROI_MASK_HEAD)
+        return
+    checkpoint = tf.train.latest_checkpoint(path) if os.path.isdir(path) else path
+    if checkpoint is None or not tf.io.gfile.exists(checkpoint + ".index"):
+        raise FileNotFoundError(
+            f"TRAIN.WEIGHTS {path!r} is neither a Detectron .pkl, a .weights.h5 file nor a tfdet training checkpoint"
+        )
+    tf.train.Checkpoint(model=model).read(checkpoint).expect_partial().assert_existing_objects_matched()
+
+
+def export_final_weights(cfg, training_model, directory):
+    """The training model's weights in an inference model, saved as `model_final.weights.h5` (temp file +
+    rename) beside `config.yaml`; returns the weights path. The inference model is built on the default
+    strategy, outside any training strategy's scope."""
+    with placeholder_initialization():
+        inference_model = build_model(cfg)
+    copy_weights_by_blob_name(training_model, inference_model, cfg.MRCNN.ROI_MASK_HEAD)
+    path = os.path.join(directory, FINAL_WEIGHTS)
+    temporary = os.path.join(directory, f".{os.getpid()}.{FINAL_WEIGHTS}")
+    inference_model.save_weights(temporary)
+    os.replace(temporary, path)
+    with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as config_file:
+        config_file.write(cfg.dump())
+    return path
+
+
+class Trainer:
+    """Detectron's training of `cfg` on a tf.distribute strategy (see the module docstring).
+
+    Args:
+        cfg: the config (SOLVER, TRAIN, model keys).
+        output_dir: checkpoints, metrics.json, tensorboard/, final weights (default: cfg.OUTPUT_DIR).
+        strategy: the strategy to train on (default: `build_strategy(cfg)`, TFDET.STRATEGY / NUM_GPUS).
+        roidb: the training Roidb (default: cfg.TRAIN.DATASETS through the catalog).
+        progress: the tqdm bar (None: on a terminal).
+    """
+
+    def __init__(self, cfg, output_dir=None, strategy=None, roidb=None, progress=None):
+        self.cfg = cfg
+        self.output_dir = os.fspath(output_dir or cfg.OUTPUT_DIR)
+        self.strategy = strategy or build_strategy(cfg)
+        self.roidb = roidb
+        self.progress = progress
+        self.global_batch = global_batch_size(cfg, self.strategy)
+        keras.utils.set_random_seed(cfg.RNG_SEED)  # the same initial weights on every run of this config
+        with self.strategy.scope():
+            self.model = build_model(cfg, training=True)
+            self.optimizer = build_optimizer(cfg, self.model)
+        self.input_names = [name for name in self.model.input if name != "seeds"]
+        self.checkpointer = TrainingCheckpointer(self.output_dir, self.model, self.optimizer, strategy=self.strategy)
+        self.resumed_from = None
+        self._step = tf.function(self._distributed_step, reduce_retracing=True, autograph=False)
+
+    @property
+    def iteration(self):
+        """Completed iterations (the optimizer's counter)."""
+        return self.checkpointer.iteration
+
+    def initialize(self):
+        """Resume from the newest checkpoint in the output folder (TRAIN.AUTO_RESUME), else load
+        TRAIN.WEIGHTS when set; returns the iteration training starts at."""
+        if self.cfg.TRAIN.AUTO_RESUME:
+            self.resumed_from = self.checkpointer.restore_latest()
+        if self.resumed_from:
+            logger.info("Resumed from %s at iteration %d", self.resumed_from, self.iteration)
+        elif self.cfg.TRAIN.WEIGHTS:
+            load_initial_weights(self.model, self.cfg, self.cfg.TRAIN.WEIGHTS)
+        return self.iteration
+
+    def distributed_dataset(self, start_step):
+        """The training batches from iteration `start_step` on, one TRAIN.IMS_PER_BATCH batch per replica."""
+        roidb = self.roidb if self.roidb is not None else training_roidb(self.cfg)
+        return self.strategy.distribute_datasets_from_function(
+            distributed_dataset_fn(self.cfg, roidb, start_step=start_step)
+        )
+
+    def train_step(self, distributed_batch):
+        """One iteration on a distributed batch: {name: float} loss terms and metrics, means over replicas."""
+        return {name: float(value) for name, value in self._step(distributed_batch).items()}
+
+    def _distributed_step(self, batch):
+        outputs = self.strategy.run(self._replica_step, args=(batch,))
+        return {name: self.strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)
+                for name, value in outputs.items()}
+
+    def _replica_step(self, batch):
+        inputs = {name: batch[name] for name in self.input_names}
+        inputs["seeds"] = image_seeds(
+            self.cfg.RNG_SEED, self.optimizer.iterations, self.global_batch, tf.shape(inputs["images"])[0]
+        )
+        with tf.GradientTape() as tape:
+            outputs = self.model(inputs, training=True)
+            total = tf.add_n(list(loss_terms(outputs).values()))
+            scaled = scale_replica_loss(total)
+        variables = self.model.trainable_variables
+        self.optimizer.apply_gradients(zip(tape.gradient(scaled, variables), variables))
+        return outputs
+
+    def train(self):
+        """Train from the current iteration to SOLVER.MAX_ITER; returns a TrainingResult.
+
+        Detectron's rule: when the output folder already holds the final weights (and
+        TRAIN.AUTO_RESUME is on), training is skipped.
+        """
+        cfg = self.cfg
+        start_iter = self.iteration
+        if cfg.TRAIN.AUTO_RESUME and self.checkpointer.has_final_weights():
+            logger.info("%s exists: training already finished", self.checkpointer.final_weights_path)
+            return TrainingResult(start_iter, start_iter, self.checkpointer.final_weights_path, self.resumed_from)
+        chief = is_chief(self.strategy)
+        stats = TrainingStats(cfg.SOLVER.MAX_ITER, self.output_dir, self.global_batch, start_iter=start_iter,
+                              is_chief=chief, progress=self.progress)
+        saved_at = start_iter
+        try:
+            iterator = iter(self.distributed_dataset(start_iter))
+            for cur_iter in range(start_iter, cfg.SOLVER.MAX_ITER):
+                stats.iter_tic()
+                outputs = self.train_step(next(iterator))
+                stats.iter_toc()
+                losses = loss_terms(outputs)
+                check_finite_losses(losses, cur_iter)
+                stats.update(losses, {k: v for k, v in outputs.items() if k not in losses})
+                stats.log_iteration(cur_iter, lr_at_iter(cfg, cur_iter))
+                if is_snapshot_iteration(cfg, cur_iter, start_iter):
+                    self.checkpointer.save()
+                    saved_at = self.iteration
+        finally:
+            stats.close()
+        if self.iteration != saved_at:
+            self.checkpointer.save()
+        final = self.checkpointer.final_weights_path
+        if chief:
+            final = export_final_weights(cfg, self.model, self.output_dir)
+        return TrainingResult(start_iter, self.iteration, final, self.resumed_from)

@@ -1,0 +1,79 @@
+"""python -m tfdet.train: train a detector as Detectron's `tools/train_net.py` does, then test it.
+
+    python -m tfdet.train --cfg X.yaml [--skip-test] [--multi-gpu-testing] [KEY VALUE ...]
+
+Trailing KEY VALUE pairs override config keys (e.g. `OUTPUT_DIR out SOLVER.MAX_ITER 1000`).
+OUTPUT_DIR receives the checkpoints (`model_iter-<N>`, every TRAIN.SNAPSHOT_ITERS / NUM_GPUS
+iterations), `metrics.json` (Detectron's json_stats records, also printed), `tensorboard/`, and
+at the end `model_final.weights.h5` with `config.yaml` (what `tfdet.infer`, `tfdet.evaluate` and
+`Predictor` take). A run started again with the same OUTPUT_DIR resumes from its last checkpoint
+(TRAIN.AUTO_RESUME), or does nothing when the final weights are there. Unless --skip-test, the
+final weights are then evaluated on every TEST.DATASETS entry with `python -m tfdet.evaluate`'s
+code (`results_<dataset>.json`, `metrics_<dataset>.json` in OUTPUT_DIR).
+
+The strategy follows TFDET.STRATEGY and NUM_GPUS (`tfdet.engine.strategy`). --multi-gpu-testing
+is accepted for Detectron's command lines; evaluation always runs in this one process.
+Exit status: 0 done; 1 a loss became NaN/inf (nothing was saved for that iteration) or an
+evaluation image could not be read; 2 bad arguments, config or files (one-line error).
+"""
+
+import argparse
+import logging
+import pathlib
+import sys
+
+from tfdet import evaluate
+from tfdet.config import load_config
+from tfdet.config.errors import ConfigError
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tfdet.train", description=__doc__.split("\n")[0])
+    parser.add_argument("--cfg", dest="cfg_file", required=True, help="config YAML (Detectron keys)")
+    parser.add_argument("--skip-test", action="store_true", help="do not evaluate the final model")
+    parser.add_argument("--multi-gpu-testing", action="store_true",
+                        help="accepted for Detectron's command lines (evaluation runs in this process)")
+    parser.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides: KEY VALUE ...")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if not pathlib.Path(args.cfg_file).is_file():
+        print(f"error: config file not found: {args.cfg_file}", file=sys.stderr)
+        return 2
+    try:
+        cfg = load_config(args.cfg_file, args.opts)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from tfdet.engine.checkpoint import NonFiniteLossError  # TensorFlow is imported once the arguments are good
+    from tfdet.engine.strategy import is_chief
+    from tfdet.engine.trainer import CONFIG_FILE, Trainer
+
+    try:
+        trainer = Trainer(cfg)
+        trainer.initialize()
+        result = trainer.train()
+    except NonFiniteLossError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except (FileNotFoundError, KeyError, ValueError) as error:  # unknown dataset, missing files, bad NUM_GPUS
+        print(f"error: {error.args[0] if isinstance(error, KeyError) else error}", file=sys.stderr)
+        return 2
+    print(f"final weights: {result.final_weights} (iteration {result.end_iter})")
+    if args.skip_test or not is_chief(trainer.strategy):
+        return 0
+    config_path = str(pathlib.Path(trainer.output_dir) / CONFIG_FILE)
+    status = 0
+    for dataset in cfg.TEST.DATASETS:
+        status = max(status, evaluate.main(
+            ["--cfg", config_path, "--weights", result.final_weights, "--dataset", dataset,
+             "--output", trainer.output_dir]
+        ))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
