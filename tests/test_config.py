@@ -451,6 +451,7 @@ def test_dump_load_round_trip(tmp_path):
     )
     path = tmp_path / "dumped.yaml"
     path.write_text(cfg.dump())
+    assert "&id" not in cfg.dump()  # values shared between keys are written out, not as YAML aliases
     reloaded = load_config(path)
     assert reloaded == cfg
     assert reloaded.to_dict() == cfg.to_dict()

@@ -11,7 +11,11 @@ from tfdet.config.suggestions import unknown_key_message
 
 
 class _ConfigDumper(yaml.SafeDumper):
-    """YAML with block-style sections and one-line sequences, like Detectron's config files."""
+    """YAML with block-style sections and one-line sequences, like Detectron's config files; values shared
+    between keys are written out at each key, never as YAML anchors (&id001) and aliases."""
+
+    def ignore_aliases(self, data):
+        return True
 
 
 def _one_line_sequence(dumper: yaml.SafeDumper, data: list | tuple) -> yaml.SequenceNode:
