@@ -1,5 +1,5 @@
 """Training engine pieces that do not depend on the detector: optimizer, LR schedule, checkpoints,
-strategies and training statistics. The training loop builds on them.
+strategies and training statistics, and the training loop (`trainer`) that puts them together.
 
 | module | what it gives |
 |---|---|
@@ -8,4 +8,5 @@ strategies and training statistics. The training loop builds on them.
 | `checkpoint` | `TrainingCheckpointer` (save / restore_latest / save_final_weights), `check_finite_losses`, `is_snapshot_iteration` |
 | `strategy` | `build_strategy(cfg)`, `make_logical_cpus(n)`, `scale_replica_loss`, `replica_mean`, `global_batch_size`, `is_chief` |
 | `metrics_log` | `TrainingStats`: json_stats lines, metrics.json, TensorBoard scalars, tqdm bar |
+| `trainer` | `Trainer(cfg)`: `initialize()` (auto-resume, TRAIN.WEIGHTS), `train()` to SOLVER.MAX_ITER; `python -m tfdet.train` drives it |
 """
