@@ -300,8 +300,12 @@ def test_model_categories(tmp_path):
     dataset.write_text(json.dumps({"categories": [{"id": 7, "name": "square"}, {"id": 3, "name": "circle"}]}))
     named = model_categories(3, dataset_json=dataset)
     assert named.names == ("__background__", "circle", "square") and named.json_ids == (0, 3, 7)
+    assert named.skeleton is None
     with pytest.raises(ValueError, match="2 categories; the model has 80"):
         model_categories(81, dataset_json=dataset)
+    dataset.write_text(json.dumps({"categories": [{"id": 1, "name": "square", "keypoints": ["a", "b", "c"],
+                                                   "skeleton": [[1, 2], [2, 3]]}]}))
+    assert model_categories(2, dataset_json=dataset).skeleton == ((0, 1), (1, 2))  # COCO's 1-based -> 0-based
 
 
 def test_usage_errors_are_caught_before_the_model_is_built(tmp_path):

@@ -79,6 +79,17 @@ def test_keypoint_mid_shoulder_to_mid_hip_line():
     assert out[50, 100].any()
 
 
+def test_other_keypoint_schemas_draw_their_own_skeleton_or_dots():
+    black = np.zeros((100, 100, 3), np.uint8)
+    keypoints = np.array([[20, 20, 5.0], [80, 20, 5.0], [50, 80, 5.0]], np.float32)  # 3 keypoints, not COCO's 17
+    joined = draw_keypoints(black, keypoints, alpha=1.0, thickness=3, radius=3, skeleton=((0, 1),))
+    assert joined[20, 50].any()  # the 0-1 edge
+    assert not joined[50, 35].any()  # no 0-2 edge
+    np.testing.assert_allclose(joined[80, 50], keypoint_colours(((0, 1),))[-1], atol=2)  # lone keypoint: a dot
+    dots = draw_keypoints(black, keypoints, alpha=1.0, thickness=3, radius=3)
+    assert all(dots[y, x].any() for x, y, _ in keypoints.astype(int)) and not dots[20, 50].any()
+
+
 def test_rainbow_matches_matplotlib():
     # matplotlib.cm.rainbow at 0, 0.5 and 1.
     np.testing.assert_allclose(

@@ -170,7 +170,9 @@ class Runner:
 
     def draw(self, image, detections):
         names = self.categories.names
-        return draw_detections(image, detections, names, self.args.thresh, self.args.kp_thresh)
+        return draw_detections(
+            image, detections, names, self.args.thresh, self.args.kp_thresh, self.categories.skeleton
+        )
 
     def image(self, path, progress):
         image = read_image(path)

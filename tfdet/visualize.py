@@ -107,21 +107,24 @@ def draw_mask(image, mask, colour, alpha=MASK_ALPHA, contour_thickness=1):
     return out
 
 
-def draw_keypoints(image, keypoints, kp_thresh=2.0, alpha=KEYPOINT_ALPHA, thickness=2, radius=3):
-    """Copy of `image` with one person's skeleton; `keypoints` is (K, 3+) x, y, score per COCO keypoint.
+def draw_keypoints(image, keypoints, kp_thresh=2.0, alpha=KEYPOINT_ALPHA, thickness=2, radius=3, skeleton=None):
+    """Copy of `image` with one object's skeleton; `keypoints` is (K, 3+) x, y, score per keypoint.
 
     A keypoint is shown when its score (Detectron: the heatmap logit) exceeds `kp_thresh`; an edge
-    when both ends are shown. Detectron's vis_keypoints colours, mid-lines first, blended at `alpha`.
+    when both ends are shown. `skeleton`: edges as 0-based index pairs; None means COCO's person skeleton
+    with Detectron's nose/shoulder/hip mid-lines for 17 keypoints, and points only for any other count.
+    Detectron's vis_keypoints colours, blended at `alpha`.
     """
     out = image.copy()
-    _draw_keypoints(out, np.asarray(keypoints, np.float64), kp_thresh, alpha, thickness, radius)
+    _draw_keypoints(out, np.asarray(keypoints, np.float64), kp_thresh, alpha, thickness, radius, skeleton)
     return out
 
 
-def draw_detections(image, detections, class_names=None, thresh=0.7, kp_thresh=2.0):
+def draw_detections(image, detections, class_names=None, thresh=0.7, kp_thresh=2.0, skeleton=None):
     """Copy of BGR uint8 `image` with the detections scoring >= `thresh` drawn (Predictor.predict's dict).
 
     `class_names[i]` names class id i (COCO_CLASSES for 81-class models); without names, ids are shown.
+    `skeleton`: the keypoint edges (see `draw_keypoints`).
     """
     image = np.asarray(image)
     if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
@@ -142,7 +145,7 @@ def draw_detections(image, detections, class_names=None, thresh=0.7, kp_thresh=2
             _draw_mask(out, np.asarray(masks[i], bool), colour, MASK_ALPHA, scale.contour)
         if keypoints is not None:
             kps = np.asarray(keypoints[i], np.float64)
-            _draw_keypoints(out, kps, kp_thresh, KEYPOINT_ALPHA, scale.keypoint_line, scale.keypoint_radius)
+            _draw_keypoints(out, kps, kp_thresh, KEYPOINT_ALPHA, scale.keypoint_line, scale.keypoint_radius, skeleton)
     for i in shown:  # labels last, so that no mask covers a name
         label = class_label(classes[i], scores[i], class_names)
         _draw_label(out, (boxes[i, 0], boxes[i, 1] - 2), label, scale.font_scale, scale.font_thickness, LABEL_ALPHA)
@@ -205,8 +208,11 @@ def _draw_mask(out, mask, colour, alpha, contour_thickness):
     _blend(out, region, overlay, alpha, where=crop > 0)
 
 
-def _draw_keypoints(out, keypoints, kp_thresh, alpha, thickness, radius):
+def _draw_keypoints(out, keypoints, kp_thresh, alpha, thickness, radius, skeleton):
     xy, score = keypoints[:, :2], keypoints[:, 2]
+    coco_person = skeleton is None and len(keypoints) == len(COCO_KEYPOINTS)
+    if skeleton is None:
+        skeleton = COCO_KEYPOINT_CONNECTIONS if coco_person else ()
     visible = score > kp_thresh
     if not visible.any():
         return
@@ -215,22 +221,27 @@ def _draw_keypoints(out, keypoints, kp_thresh, alpha, thickness, radius):
     canvas = out[region].copy()
     if canvas.size == 0:
         return
-    colours = keypoint_colours()
+    colours = keypoint_colours(skeleton)
 
     def point(value):
         return int(round(value[0] - left)), int(round(value[1] - top))
 
-    mid_shoulder, shoulder_score = xy[list(_SHOULDERS)].mean(axis=0), score[list(_SHOULDERS)].min()
-    mid_hip, hip_score = xy[list(_HIPS)].mean(axis=0), score[list(_HIPS)].min()
-    edges = len(COCO_KEYPOINT_CONNECTIONS)
-    if shoulder_score > kp_thresh and score[_NOSE] > kp_thresh:
-        cv2.line(canvas, point(mid_shoulder), point(xy[_NOSE]), colours[edges], thickness, cv2.LINE_AA)
-    if shoulder_score > kp_thresh and hip_score > kp_thresh:
-        cv2.line(canvas, point(mid_shoulder), point(mid_hip), colours[edges + 1], thickness, cv2.LINE_AA)
-    for colour, (a, b) in zip(colours, COCO_KEYPOINT_CONNECTIONS):
+    if coco_person:
+        mid_shoulder, shoulder_score = xy[list(_SHOULDERS)].mean(axis=0), score[list(_SHOULDERS)].min()
+        mid_hip, hip_score = xy[list(_HIPS)].mean(axis=0), score[list(_HIPS)].min()
+        edges = len(skeleton)
+        if shoulder_score > kp_thresh and score[_NOSE] > kp_thresh:
+            cv2.line(canvas, point(mid_shoulder), point(xy[_NOSE]), colours[edges], thickness, cv2.LINE_AA)
+        if shoulder_score > kp_thresh and hip_score > kp_thresh:
+            cv2.line(canvas, point(mid_shoulder), point(mid_hip), colours[edges + 1], thickness, cv2.LINE_AA)
+    for colour, (a, b) in zip(colours, skeleton):
         if visible[a] and visible[b]:
             cv2.line(canvas, point(xy[a]), point(xy[b]), colour, thickness, cv2.LINE_AA)
         for end in (a, b):
             if visible[end]:
                 cv2.circle(canvas, point(xy[end]), radius, colour, -1, cv2.LINE_AA)
+    joined = {end for edge in skeleton for end in edge}
+    for end in np.flatnonzero(visible):
+        if end not in joined:  # a keypoint no edge joins: a dot in the last colour
+            cv2.circle(canvas, point(xy[end]), radius, colours[-1], -1, cv2.LINE_AA)
     _blend(out, region, canvas, alpha)

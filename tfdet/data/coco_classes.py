@@ -9,6 +9,8 @@ mean (names for pictures, category ids for COCO json).
 import json
 from dataclasses import dataclass
 
+from tfdet.modeling.roi_heads.keypoint_names import COCO_KEYPOINTS
+
 COCO_CLASSES = (
     "__background__",
     "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat",
@@ -34,10 +36,12 @@ COCO_CATEGORY_IDS = (
 
 @dataclass(frozen=True)
 class ModelCategories:
-    """What a model's contiguous class ids mean: `names[c]` (None: show ids) and `json_ids[c]` of class c."""
+    """What a model's contiguous class ids mean: `names[c]` (None: show ids) and `json_ids[c]` of class c;
+    `skeleton`: the keypoint edges as 0-based index pairs (None: COCO's person skeleton for 17 keypoints)."""
 
     names: tuple | None
     json_ids: tuple
+    skeleton: tuple | None = None
 
     def coco_categories(self):
         """The `categories` list of a COCO json for these classes."""
@@ -61,9 +65,18 @@ def model_categories(num_classes, keypoints_on=False, dataset_json=None):
                 f"{dataset_json} has {len(categories)} categories; the model has {num_classes - 1} (NUM_CLASSES - 1)"
             )
         names = ("__background__",) + tuple(c["name"] for c in categories)
-        return ModelCategories(names, (0,) + tuple(c["id"] for c in categories))
+        return ModelCategories(names, (0,) + tuple(c["id"] for c in categories), _json_skeleton(categories))
     if num_classes == len(COCO_CLASSES):
         return ModelCategories(COCO_CLASSES, (0,) + COCO_CATEGORY_IDS)
     if num_classes == 2 and keypoints_on:
         return ModelCategories(COCO_CLASSES[:2], (0, COCO_CATEGORY_IDS[0]))
     return ModelCategories(None, tuple(range(num_classes)))
+
+
+def _json_skeleton(categories):
+    """The first keypoint category's COCO `skeleton` (1-based pairs) as 0-based pairs; None when absent or
+    when the keypoints are COCO's person keypoints (drawn with Detectron's own skeleton)."""
+    category = next((c for c in categories if c.get("skeleton")), None)
+    if category is None or tuple(category.get("keypoints", ())) == COCO_KEYPOINTS:
+        return None
+    return tuple((int(a) - 1, int(b) - 1) for a, b in category["skeleton"])
