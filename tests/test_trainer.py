@@ -90,11 +90,29 @@ def step_child_main(strategy_name, data_dir, out_path):
              replicas=trainer.strategy.num_replicas_in_sync, iteration=trainer.iteration)
 
 
-def run_children(function, args_per_child, timeout=300):
-    """Run `function(*args)` of this module in one child process per entry, concurrently."""
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES="")
+def multi_worker_child_main(data_dir, out_dir):
+    """Child: one worker of a 2-worker cluster (TF_CONFIG in the environment) trains the tiny model for 2
+    iterations with `Trainer`, 1 image per worker; its final weights by blob name go to out_dir/worker<i>.npz."""
+    from tfdet.engine.strategy import is_chief
+
+    task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    cfg = tiny_cfg("TFDET.STRATEGY", "multi_worker", "NUM_GPUS", "2", "TRAIN.IMS_PER_BATCH", "1",
+                   "SOLVER.MAX_ITER", "2", "TRAIN.SNAPSHOT_ITERS", "100000")
+    roidb = shapes_roidb(data_dir, generate=False)
+    trainer = Trainer(cfg, pathlib.Path(out_dir) / f"run{task}", roidb=roidb, progress=False)
+    trainer.initialize()
+    result = trainer.train()
+    np.savez(pathlib.Path(out_dir) / f"worker{task}.npz", **weights_by_blob(trainer.model, cfg.MRCNN.ROI_MASK_HEAD),
+             end_iter=result.end_iter, chief=is_chief(trainer.strategy),
+             replicas=trainer.strategy.num_replicas_in_sync)
+
+
+def run_children(function, args_per_child, timeout=300, envs=None):
+    """Run `function(*args)` of this module in one child process per entry, concurrently (each with its
+    extra environment variables from `envs`)."""
     children = []
-    for args in args_per_child:
+    for args, extra_env in zip(args_per_child, envs or [{}] * len(args_per_child)):
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES="", **extra_env)
         code = (f"import sys; sys.path.insert(0, {str(REPO_ROOT / 'tests')!r}); import test_trainer as t; "
                 f"t.{function}(*{args!r})")
         children.append(subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,
@@ -128,6 +146,29 @@ def test_one_step_mirrored_over_two_cpus_equals_one_device_on_the_global_batch(t
     assert max(errors.values()) < PER_WEIGHT_TOLERANCE, sorted(errors.items(), key=lambda e: -e[1])[:5]
     total_error = sum(np.sum((two - one) ** 2) for one, two in updates.values())
     assert np.sqrt(total_error / sum(np.sum(one**2) for one, _ in updates.values())) < ALL_WEIGHTS_TOLERANCE
+
+
+def test_multi_worker_two_processes_train_the_tiny_model_to_identical_weights(tmp_path):
+    from test_strategy import free_ports
+
+    shapes_images(tmp_path / "shapes", num_images=8)
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    envs = [{"TF_CONFIG": json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}})}
+            for i in range(2)]
+    run_children("multi_worker_child_main", [(str(tmp_path / "shapes"), str(tmp_path))] * 2, envs=envs)
+    first, second = (np.load(tmp_path / f"worker{i}.npz") for i in range(2))
+    assert [int(first["replicas"]), int(second["replicas"])] == [2, 2]
+    assert [int(first["end_iter"]), int(second["end_iter"])] == [2, 2]
+    assert [bool(first["chief"]), bool(second["chief"])] == [True, False]
+    blobs = [name for name in first.files if name not in ("end_iter", "chief", "replicas")]
+    assert len(blobs) > 100
+    for name in blobs:
+        np.testing.assert_array_equal(first[name], second[name], err_msg=name)
+    initial = Trainer(tiny_cfg(), tmp_path / "initial", roidb=[], progress=False).model
+    moved = [name for name, value in weights_by_blob(initial).items() if not np.array_equal(value, first[name])]
+    assert len(moved) > len(blobs) // 2  # the workers really trained (from the same RNG_SEED start)
+    assert (tmp_path / "run0" / "model_final.weights.h5").is_file()
+    assert not (tmp_path / "run1" / "model_final.weights.h5").exists()  # only the chief writes
 
 
 def test_image_seeds_number_images_across_replicas():
