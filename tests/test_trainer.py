@@ -233,14 +233,17 @@ def test_unknown_train_weights_is_a_clear_error(tmp_path):
         load_initial_weights(model, tiny_cfg(), str(tmp_path / "nothing.bin"))
 
 
-# Overfitting 8 shapes images (no flips): constant LR 0.04 after a short warm-up, then two decays.
-# About 7.5 minutes on 2 CPU cores (2500 iterations at ~0.16 s + tracing + evaluation), hence `slow`.
-# Seen: loss 0.28 (loss_kps 0.23, loss_mask 0.04, the others < 0.01); AP50 1.0 for boxes, masks and
-# keypoints; AP 0.98 (bbox), 0.88 (segm, 14 x 14 masks) and 0.77 (keypoints, 28 x 28 heatmaps on
-# 2/3-scale images): the tiny heads' resolutions cap the strict IoU/OKS thresholds.
+# Overfitting 8 shapes images (no flips): constant LR 0.04 after a short warm-up, then two decays, at
+# the images' own size (192 px, not the config's 128) with Detectron's default RoI geometry (14x14 RoIs:
+# 28x28 masks, 56x56 keypoint heatmaps), fine enough for IoU 0.95 on these small objects (the config's
+# 14x14 masks on 128-px images cap segm AP at 0.88). 2500 iterations: 42 min on 2 cores shared with other
+# jobs, hence `slow`.
 OVERFIT = (
     "SOLVER.MAX_ITER", "2500", "SOLVER.STEPS", "[0, 1800, 2300]", "SOLVER.BASE_LR", "0.04",
     "SOLVER.WARM_UP_ITERS", "50", "TRAIN.USE_FLIPPED", "False", "TRAIN.SNAPSHOT_ITERS", "100000",
+    "TRAIN.SCALES", "(192,)", "TRAIN.MAX_SIZE", "192", "TEST.SCALE", "192", "TEST.MAX_SIZE", "192",
+    "MRCNN.ROI_XFORM_RESOLUTION", "14", "MRCNN.RESOLUTION", "28", "KRCNN.ROI_XFORM_RESOLUTION", "14",
+    "KRCNN.HEATMAP_SIZE", "56",
 )
 
 
@@ -255,12 +258,15 @@ def test_tiny_mask_keypoint_model_overfits_eight_shapes_images(tmp_path):
     assert result.end_iter == 2500
 
     last = [json.loads(line) for line in (tmp_path / "run" / "metrics.json").read_text().splitlines()][-1]
-    assert last["loss"] < 0.5 and last["loss_kps"] < 0.4 and last["loss_mask"] < 0.08
-    assert max(last[name] for name in ("loss_rpn_cls", "loss_rpn_bbox", "loss_cls", "loss_bbox")) < 0.02
+    # Measured at the end: loss 0.62 (keypoints 0.53 of it: a 56x56 spatial softmax), mask 0.052.
+    assert last["loss"] < 1.0 and last["loss_kps"] < 0.9 and last["loss_mask"] < 0.08
+    assert max(last[name] for name in ("loss_rpn_cls", "loss_rpn_bbox", "loss_cls", "loss_bbox")) < 0.05
 
     coco = load_coco(json_path)
     results, unreadable = predict_dataset(cfg, result.final_weights, coco, image_dir)
     assert not unreadable
     metrics = evaluate_results(coco, results, ["bbox", "segm", "keypoints"])
-    assert min(metrics[iou_type]["AP50"] for iou_type in ("bbox", "segm", "keypoints")) >= 0.9
-    assert metrics["bbox"]["AP"] >= 0.9 and metrics["segm"]["AP"] >= 0.8 and metrics["keypoints"]["AP"] >= 0.7
+    # Measured: AP50 1.0 for all three; AP bbox 0.952, segm 0.909, keypoints 0.717 (OKS 0.5:0.95 with
+    # sigma 0.05 asks sub-pixel keypoints of 20-60 px objects at its top thresholds).
+    assert min(metrics[iou_type]["AP50"] for iou_type in ("bbox", "segm", "keypoints")) >= 0.95
+    assert metrics["bbox"]["AP"] >= 0.9 and metrics["segm"]["AP"] >= 0.88 and metrics["keypoints"]["AP"] >= 0.65
