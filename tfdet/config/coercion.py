@@ -3,12 +3,16 @@
 Like Detectron's `_check_and_coerce_cfg_value_type` (tuple and list interchange and take the default's
 type; an int is accepted for a float), but stricter: a bool is never an int or a float, a number is
 never a string, and sequence keys are checked for element type and, where SEQUENCE_RULES fixes it,
-length. Numpy arrays and scalars are accepted through their `tolist()` without importing numpy.
+length. Mapping-valued keys (MAPPING_RULES) take a mapping whose keys and values are checked; the
+string keys of BOOLEAN_TEXT_KEYS also take a boolean, kept as 'true' / 'false'. Numpy arrays and
+scalars are accepted through their `tolist()` without importing numpy.
 """
+
+from collections.abc import Mapping
 
 from tfdet.config.errors import ConfigError
 from tfdet.config.function_names import FUNCTION_NAMES, resolve_function_name
-from tfdet.config.schema import NON_EMPTY, SEQUENCE_RULES, SequenceRule
+from tfdet.config.schema import BOOLEAN_TEXT_KEYS, MAPPING_RULES, NON_EMPTY, SEQUENCE_RULES, SequenceRule
 
 
 def _is_int(value: object) -> bool:
@@ -81,10 +85,29 @@ def _coerce_sequence(full_key: str, value: object, current: object) -> object:
     return value
 
 
+def _coerce_mapping(full_key: str, value: object) -> dict:
+    """`value` as a dict, its keys and values checked against MAPPING_RULES."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"Config key '{full_key}' expects a mapping, got {_described(value)}")
+    rule = MAPPING_RULES[full_key]
+    for key, item in value.items():
+        for part, expected in ((key, rule.key), (item, rule.value)):
+            if not isinstance(part, expected):
+                raise ConfigError(
+                    f"Config key '{full_key}' expects {rule.key.__name__}: {rule.value.__name__} entries, "
+                    f"got {_described(part)} in {dict(value)!r}"
+                )
+    return dict(value)
+
+
 def coerce_value(full_key: str, value: object, current: object) -> object:
     """`value` made to fit the key whose value is now `current`; ConfigError naming key and types if it cannot."""
     if hasattr(value, "tolist"):
         value = value.tolist()
+    if isinstance(value, bool) and full_key in BOOLEAN_TEXT_KEYS:
+        value = "true" if value else "false"
+    if isinstance(current, dict):
+        return _coerce_mapping(full_key, value)
     if isinstance(current, bool):
         fits = isinstance(value, bool)
     elif isinstance(current, int):

@@ -7,6 +7,7 @@ import yaml
 
 from tfdet.config.coercion import coerce_value
 from tfdet.config.errors import ConfigError, FrozenConfigError
+from tfdet.config.schema import MAPPING_RULES
 from tfdet.config.suggestions import unknown_key_message
 
 
@@ -32,7 +33,8 @@ class Config(MutableMapping):
 
     Its keys are fixed when it is built (from the defaults): a write to an existing key is checked and
     coerced like a merged value, a new key is an error naming the closest keys, and a frozen config
-    refuses every write. Lists inside (SOLVER.STEPS, ...) keep Detectron's type and are not frozen.
+    refuses every write. Lists inside (SOLVER.STEPS, ...) keep Detectron's type and are not frozen, nor
+    are the dicts of mapping-valued keys (schema.MAPPING_RULES), which are values, not sections.
     """
 
     def __init__(self, values: Mapping | None = None, *, path: str = ""):
@@ -40,7 +42,7 @@ class Config(MutableMapping):
         object.__setattr__(self, "_frozen", False)
         object.__setattr__(self, "_values", {})
         for key, value in (values or {}).items():
-            if isinstance(value, Mapping):
+            if isinstance(value, Mapping) and self._full_key(key) not in MAPPING_RULES:
                 self._values[key] = Config(value, path=self._full_key(key))
             else:
                 self._values[key] = copy.deepcopy(value)

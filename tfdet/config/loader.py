@@ -11,6 +11,7 @@ from tfdet.config.decoding import decode_mapping_value, decode_override_text
 from tfdet.config.defaults import default_tree
 from tfdet.config.errors import ConfigError, ConfigWarning
 from tfdet.config.renamed_keys import DEPRECATED_KEYS, RENAMED_KEYS, renamed_value
+from tfdet.config.schema import MAPPING_RULES
 from tfdet.config.suggestions import unknown_key_message
 
 Overrides = Sequence[object] | Mapping[str, object]
@@ -57,14 +58,14 @@ def _read_yaml_mapping(path: str | os.PathLike) -> Mapping:
 
 
 def flatten_keys(mapping: Mapping, prefix: str = "") -> Iterator[tuple[str, object]]:
-    """(full dotted key, value) for every non-mapping value of nested mappings."""
+    """(full dotted key, value) for every value of nested mappings (the dict of a mapping-valued key is one value)."""
     for key, value in mapping.items():
         if not isinstance(key, str):
             raise ConfigError(
                 f"Config key {prefix}{key!r} is not a string (YAML reads unquoted ON, OFF, YES, NO, "
                 "numbers and null as other types; quote the key)"
             )
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping) and f"{prefix}{key}" not in MAPPING_RULES:
             yield from flatten_keys(value, f"{prefix}{key}.")
         else:
             yield f"{prefix}{key}", value

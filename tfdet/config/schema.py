@@ -1,6 +1,8 @@
-"""What sequence-valued keys may hold beyond their default's type: element type and fixed lengths.
+"""What sequence- and mapping-valued keys may hold beyond their default's type, and string keys that
+also take a boolean.
 
-Every key whose default is a tuple or a list has an entry (a test checks it).
+Every key whose default is a tuple or a list has an entry in SEQUENCE_RULES, every key whose default
+is a dict one in MAPPING_RULES (a dict-valued key is one value, not a config section).
 """
 
 from dataclasses import dataclass
@@ -42,3 +44,19 @@ SEQUENCE_RULES = {
     "PIXEL_MEANS": SequenceRule(float, (1, 1, 3)),
     "EXPECTED_RESULTS": SequenceRule(object),
 }
+
+
+@dataclass(frozen=True)
+class MappingRule:
+    """Key and value types of a mapping-valued key."""
+
+    key: type
+    value: type
+
+
+MAPPING_RULES = {
+    "TFDET.DEVICE_MAP": MappingRule(str, str),
+}
+
+# String keys that also accept a YAML boolean (`TFDET.MIXED_PRECISION: true`), stored as 'true' / 'false'.
+BOOLEAN_TEXT_KEYS = frozenset({"TFDET.MIXED_PRECISION"})

@@ -5,7 +5,9 @@ COCO images in `coco/coco_train2014`, `coco/coco_val2014`, annotations in
 `coco/annotations/instances_<split>.json` and `person_keypoints_<split>.json`. Detectron's catalog
 has no 2017 train/val entries; ours follow its pattern (`coco/coco_train2017`,
 `coco/annotations/instances_train2017.json`). `shapes_train` and `shapes_val` are the synthetic
-dataset (`tfdet.data.shapes`), generated on first use into `$TFDET_DATA_DIR/shapes`.
+dataset (`tfdet.data.shapes`), generated on first use into `$TFDET_DATA_DIR/shapes`;
+`shapes_target_train` and `shapes_target_val` are its "foggy" rendering, the target domain of the
+domain-adaptation demo (TRAIN.TARGET_DATASETS, and a labelled split to measure on).
 """
 
 import difflib

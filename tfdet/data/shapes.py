@@ -18,6 +18,16 @@ occluded keypoints; 0 (with x = y = 0) otherwise, where no box-bound heatmap cou
 Keypoints sit on the polygon outline, so they lie within 1 px of the rasterised box.
 About 2% of the images have no shape at all (Detectron's training skips such images; evaluation
 keeps them, where any detection is a false positive).
+
+Rendering styles (`style`), for domain adaptation: "plain" (the default) is the dataset above;
+"foggy" renders the same scenes (identical annotations) through haze, a colour cast and noise:
+each pixel is blended toward a bright grey-blue airlight with a transmission of 0.3-0.55 that
+thins toward the bottom of the image (Koschmieder's model, as Foggy Cityscapes uses), the channels
+get gains in [0.75, 1.25], a 5x5 Gaussian blur, and N(0, 10^2) noise. The extra draws come from
+their own generator, so a plain image is unchanged by the existence of styles. `shapes_target_train`
+(512 images, seed 2) and `shapes_target_val` (64 images, seed 3) are foggy splits: an unlabelled
+target domain for training (its annotations are there but DA training does not read them) and a
+labelled one for measuring.
 """
 
 import argparse
@@ -49,6 +59,14 @@ CIRCLE_VERTICES = 32
 SIZE_RANGE = (0.12, 0.45)  # shape size as a fraction of the image's shorter side
 PLACEMENT_TRIES = 20
 MIN_COLOUR_DISTANCE = 80.0
+STYLES = ("plain", "foggy")
+# Draw stream of the style's own generator, (seed, index, STYLE_STREAM).
+STYLE_STREAM = 1
+FOG_TRANSMISSION = (0.3, 0.55)  # at the top of the image; the bottom gets up to FOG_DEPTH_GAIN more
+FOG_DEPTH_GAIN = 0.25
+FOG_AIRLIGHT = (190.0, 240.0)
+FOG_CHANNEL_GAINS = (0.75, 1.25)
+FOG_NOISE_STD = 10.0
 
 
 @dataclass(frozen=True)
@@ -58,12 +76,16 @@ class SplitSpec:
     num_images: int
     seed: int
     image_size: int = DEFAULT_IMAGE_SIZE
+    style: str = "plain"
 
 
-# The splits the catalog serves (`shapes_train`: 512 images, seed 0; `shapes_val`: 64, seed 1).
+# The splits the catalog serves (`shapes_train`: 512 images, seed 0; `shapes_val`: 64, seed 1; their
+# foggy target-domain counterparts for domain adaptation, other scenes: seeds 2 and 3).
 SPLITS = {
     "shapes_train": SplitSpec(num_images=512, seed=0),
     "shapes_val": SplitSpec(num_images=64, seed=1),
+    "shapes_target_train": SplitSpec(num_images=512, seed=2, style="foggy"),
+    "shapes_target_val": SplitSpec(num_images=64, seed=3, style="foggy"),
 }
 
 
@@ -253,8 +275,30 @@ def _image_size(image_size):
     return int(height), int(width)
 
 
-def render_image(seed, index, image_size=DEFAULT_IMAGE_SIZE):
-    """Image `index` of the dataset with `seed`: (H, W, 3) uint8 BGR and its annotations (no ids yet)."""
+def _foggy(image, rng):
+    """The "foggy" rendering of a float BGR image (see the module docstring)."""
+    height, width = image.shape[:2]
+    top = rng.uniform(*FOG_TRANSMISSION)
+    rows = np.linspace(0.0, 1.0, height)[:, None, None]
+    transmission = np.clip(top + FOG_DEPTH_GAIN * rows * rng.uniform(0.5, 1.0), 0.0, 1.0)
+    airlight = rng.uniform(*FOG_AIRLIGHT) * np.array([1.0, 0.97, 0.93]) * rng.uniform(0.95, 1.05, size=3)
+    hazy = image * transmission + airlight * (1.0 - transmission)
+    hazy = hazy * rng.uniform(*FOG_CHANNEL_GAINS, size=3)
+    hazy = cv2.GaussianBlur(hazy.astype(np.float32), (5, 5), 0).astype(np.float64)
+    return hazy + rng.normal(0, FOG_NOISE_STD, size=(height, width, 3))
+
+
+def _check_style(style):
+    if style not in STYLES:
+        raise ValueError(f"unknown shapes style {style!r}; known: {', '.join(STYLES)}")
+
+
+def render_image(seed, index, image_size=DEFAULT_IMAGE_SIZE, style="plain"):
+    """Image `index` of the dataset with `seed`: (H, W, 3) uint8 BGR and its annotations (no ids yet).
+
+    `style` (STYLES) changes the pixels only: the annotations are those of the plain image.
+    """
+    _check_style(style)
     height, width = _image_size(image_size)
     rng = np.random.default_rng([seed, index])
     image = _background(rng, height, width)
@@ -265,6 +309,8 @@ def render_image(seed, index, image_size=DEFAULT_IMAGE_SIZE):
         colour = _distinct_colour(rng, avoid)
         image[mask] = colour + rng.normal(0, 6, size=(int(mask.sum()), 3))
         painted.append((colour, mask))
+    if style == "foggy":
+        image = _foggy(image, np.random.default_rng([seed, index, STYLE_STREAM]))
     annotations = [_annotation(s, m, v) for s, m, v in zip(shapes, masks, _visible_masks(masks))]
     return np.clip(np.round(image), 0, 255).astype(np.uint8), annotations
 
@@ -275,12 +321,14 @@ def split_paths(out_dir, split_name):
     return out_dir / f"{split_name}.json", out_dir / split_name
 
 
-def generate(out_dir, num_images, seed, image_size=DEFAULT_IMAGE_SIZE, split_name="train"):
+def generate(out_dir, num_images, seed, image_size=DEFAULT_IMAGE_SIZE, split_name="train", style="plain"):
     """Write `num_images` JPEG images and their COCO json into `out_dir`; returns the json path.
 
     Images go to `out_dir/<split_name>/<split_name>_<index>.jpg` (quality 95), annotations to
-    `out_dir/<split_name>.json`; image ids are index + 1, annotation ids count from 1.
+    `out_dir/<split_name>.json`; image ids are index + 1, annotation ids count from 1. A `style`
+    other than "plain" is recorded in the json's `info`.
     """
+    _check_style(style)
     if num_images < 0:
         raise ValueError(f"num_images must be >= 0, got {num_images}")
     json_path, image_dir = split_paths(out_dir, split_name)
@@ -288,7 +336,7 @@ def generate(out_dir, num_images, seed, image_size=DEFAULT_IMAGE_SIZE, split_nam
     height, width = _image_size(image_size)
     images, annotations = [], []
     for index in range(num_images):
-        image, image_annotations = render_image(seed, index, (height, width))
+        image, image_annotations = render_image(seed, index, (height, width), style)
         file_name = f"{split_name}_{index:06d}.jpg"
         ok, encoded = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
         if not ok:
@@ -304,6 +352,7 @@ def generate(out_dir, num_images, seed, image_size=DEFAULT_IMAGE_SIZE, split_nam
             "seed": seed,
             "num_images": num_images,
             "image_size": [height, width],
+            **({"style": style} if style != "plain" else {}),
         },
         "licenses": [],
         "images": images,
@@ -332,7 +381,7 @@ def ensure_split(name, root=None):
         spec = SPLITS[name]
         split_dir.parent.mkdir(parents=True, exist_ok=True)
         staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{name}-", dir=split_dir.parent))
-        generate(staging, spec.num_images, spec.seed, spec.image_size, split_name=name)
+        generate(staging, spec.num_images, spec.seed, spec.image_size, split_name=name, style=spec.style)
         try:
             os.rename(staging, split_dir)
         except OSError:  # another process finished first
@@ -352,10 +401,11 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="random seed (images depend only on seed and index)")
     parser.add_argument("--split", default="train", help="split name: the json and image folder names")
     parser.add_argument("--image-size", type=int, default=DEFAULT_IMAGE_SIZE, help="image side in pixels")
+    parser.add_argument("--style", choices=STYLES, default="plain", help="rendering: plain, or foggy (a target domain)")
     args = parser.parse_args(argv)
     if args.num < 0:
         parser.error(f"--num must be >= 0, got {args.num}")
-    json_path = generate(args.out, args.num, args.seed, args.image_size, split_name=args.split)
+    json_path = generate(args.out, args.num, args.seed, args.image_size, split_name=args.split, style=args.style)
     print(f"wrote {args.num} images to {split_paths(args.out, args.split)[1]} and annotations to {json_path}")
     return 0
 

@@ -26,6 +26,7 @@ import os
 import keras
 import tensorflow as tf
 
+from tfdet.data.domain_pipeline import distributed_domain_dataset_fn, target_roidb
 from tfdet.data.pipeline import distributed_dataset_fn
 from tfdet.data.roidb import training_roidb
 from tfdet.engine.checkpoint import (
@@ -40,6 +41,8 @@ from tfdet.engine.optimizer import build_optimizer
 from tfdet.engine.strategy import build_strategy, global_batch_size, is_chief, scale_replica_loss
 from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
+from tfdet.modeling.mixed_precision import needs_loss_scaling
+from tfdet.modeling.domain_adaptation import is_domain_classifier_blob
 from tfdet.modeling.training_graph import copy_weights_by_blob_name, loss_terms
 
 logger = logging.getLogger(__name__)
@@ -86,7 +89,8 @@ def load_initial_weights(model, cfg, path):
         with placeholder_initialization():
             source = build_model(cfg)
         source.load_weights(path)
-        copy_weights_by_blob_name(source, model, cfg.MRCNN.ROI_MASK_HEAD)
+        # an inference model has no DA heads: a DA training model keeps their initialisation
+        copy_weights_by_blob_name(source, model, cfg.MRCNN.ROI_MASK_HEAD, keep_missing=is_domain_classifier_blob)
         return
     checkpoint = tf.train.latest_checkpoint(path) if os.path.isdir(path) else path
     if checkpoint is None or not tf.io.gfile.exists(checkpoint + ".index"):
@@ -120,20 +124,25 @@ class Trainer:
         output_dir: checkpoints, metrics.json, tensorboard/, final weights (default: cfg.OUTPUT_DIR).
         strategy: the strategy to train on (default: `build_strategy(cfg)`, TFDET.STRATEGY / NUM_GPUS).
         roidb: the training Roidb (default: cfg.TRAIN.DATASETS through the catalog).
+        target_roidb: MODEL.DOMAIN_ADAPTATION_ON: the target-domain Roidb (default: cfg.TRAIN.TARGET_DATASETS).
         progress: the tqdm bar (None: on a terminal).
     """
 
-    def __init__(self, cfg, output_dir=None, strategy=None, roidb=None, progress=None):
+    def __init__(self, cfg, output_dir=None, strategy=None, roidb=None, progress=None, target_roidb=None):
         self.cfg = cfg
         self.output_dir = os.fspath(output_dir or cfg.OUTPUT_DIR)
         self.strategy = strategy or build_strategy(cfg)
         self.roidb = roidb
+        self.target_roidb = target_roidb
         self.progress = progress
         self.global_batch = global_batch_size(cfg, self.strategy)
         keras.utils.set_random_seed(cfg.RNG_SEED)  # the same initial weights on every run of this config
         with self.strategy.scope():
             self.model = build_model(cfg, training=True)
             self.optimizer = build_optimizer(cfg, self.model)
+            if needs_loss_scaling(cfg):  # mixed_float16: dynamic loss scaling around Detectron's SGD
+                self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
+                self.optimizer.build(self.model.trainable_variables)
         self.input_names = [name for name in self.model.input if name != "seeds"]
         self.checkpointer = TrainingCheckpointer(self.output_dir, self.model, self.optimizer, strategy=self.strategy)
         self.resumed_from = None
@@ -156,11 +165,15 @@ class Trainer:
         return self.iteration
 
     def distributed_dataset(self, start_step):
-        """The training batches from iteration `start_step` on, one TRAIN.IMS_PER_BATCH batch per replica."""
+        """The training batches from iteration `start_step` on, one TRAIN.IMS_PER_BATCH batch per replica
+        (MODEL.DOMAIN_ADAPTATION_ON: half source, half target images, `tfdet.data.domain_pipeline`)."""
         roidb = self.roidb if self.roidb is not None else training_roidb(self.cfg)
-        return self.strategy.distribute_datasets_from_function(
-            distributed_dataset_fn(self.cfg, roidb, start_step=start_step)
-        )
+        if self.cfg.MODEL.DOMAIN_ADAPTATION_ON:
+            target = self.target_roidb if self.target_roidb is not None else target_roidb(self.cfg)
+            dataset_fn = distributed_domain_dataset_fn(self.cfg, roidb, target, start_step=start_step)
+        else:
+            dataset_fn = distributed_dataset_fn(self.cfg, roidb, start_step=start_step)
+        return self.strategy.distribute_datasets_from_function(dataset_fn)
 
     def train_step(self, distributed_batch):
         """One iteration on a distributed batch: {name: float} loss terms and metrics, means over replicas."""
@@ -180,8 +193,16 @@ class Trainer:
             outputs = self.model(inputs, training=True)
             total = tf.add_n(list(loss_terms(outputs).values()))
             scaled = scale_replica_loss(total)
+            if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+                scaled = self.optimizer.scale_loss(scaled)
         variables = self.model.trainable_variables
-        self.optimizer.apply_gradients(zip(tape.gradient(scaled, variables), variables))
+        if self.cfg.TFDET.DEVICE_MAP:
+            # A tape leaves gradient ops unplaced; tf.gradients colocates each with its forward op, so the
+            # backward pass of a part TFDET.DEVICE_MAP moves runs on that part's device too.
+            gradients = tf.gradients(scaled, variables)
+        else:
+            gradients = tape.gradient(scaled, variables)
+        self.optimizer.apply_gradients(zip(gradients, variables))
         return outputs
 
     def train(self):

@@ -13,6 +13,10 @@ class RoIFeatureTransform(keras.layers.Layer):
     RoIAlign at scale 1/2**level (C4). Several: each RoI is pooled from the level Detectron's
     `map_rois_to_fpn_levels` picks, results returned in the RoIs' order. `sampling_ratio` 0 is
     the adaptive grid; `aligned` selects detectron2's half-pixel variant.
+
+    Inputs are not cast to the layer's compute dtype (autocast off): under a mixed precision policy
+    the feature maps arrive in 16 bits and are read as such, while the RoIs stay float32, so the
+    sampling positions and bilinear weights are computed in float32.
     """
 
     def __init__(
@@ -25,7 +29,7 @@ class RoIFeatureTransform(keras.layers.Layer):
         aligned=False,
         **kwargs,
     ):
-        super().__init__(**kwargs)
+        super().__init__(autocast=False, **kwargs)
         self.resolution = int(resolution)
         self.sampling_ratio = int(sampling_ratio)
         self.levels = tuple(int(level) for level in levels)

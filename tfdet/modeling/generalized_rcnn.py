@@ -24,6 +24,8 @@ from tfdet.layers.detection_output import (
     SelectClassMasks,
 )
 from tfdet.layers.image_info import ImInfo
+from tfdet.modeling.device_map import apply_device_map
+from tfdet.modeling.mixed_precision import dtype_policy_scope, keep_float32
 from tfdet.modeling.registry import BODIES, BOX_HEADS, KEYPOINT_HEADS, MASK_HEADS
 from tfdet.modeling.roi_heads import add_fast_rcnn_outputs, add_keypoint_outputs, add_mask_rcnn_outputs
 from tfdet.modeling.rpn import add_proposals, add_rpn_head
@@ -34,10 +36,17 @@ def build_model(cfg, training=False):
     """The generalized R-CNN of `cfg` (Detectron's MODEL.TYPE generalized_rcnn) as a keras.Model.
 
     `training` True builds the training graph instead (`tfdet.modeling.training_graph`): the batch
-    dict in, Detectron's loss terms out, with the same Detectron-named layers.
+    dict in, Detectron's loss terms out, with the same Detectron-named layers. In both, the layers
+    compute under TFDET.MIXED_PRECISION's Keras policy (`tfdet.modeling.mixed_precision`) and the
+    parts TFDET.DEVICE_MAP names run on their devices (`tfdet.modeling.device_map`).
     """
-    if training:
-        return build_training_model(cfg)
+    with dtype_policy_scope(cfg):
+        model = build_training_model(cfg) if training else _build_inference_model(cfg)
+    return apply_device_map(cfg, keep_float32(cfg, model))
+
+
+def _build_inference_model(cfg):
+    """The inference graph (inputs and outputs in the module docstring)."""
     if cfg.MODEL.TYPE != "generalized_rcnn":
         raise ValueError(f"MODEL.TYPE {cfg.MODEL.TYPE!r} is not supported; tfdet builds 'generalized_rcnn'")
     inputs = {"images": keras.Input((None, None, 3), name="images"), "image_info": keras.Input((3,), name="image_info")}

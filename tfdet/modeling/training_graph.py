@@ -21,6 +21,10 @@ truth are sampled into BATCH_SIZE_PER_IM RoIs per image for the box head; the ma
 foreground slots of those samples, the keypoint head on its own keypoint samples. FREEZE_AT freezes
 the stem and stages up to it (the body builders); TRAIN.FREEZE_CONV_BODY freezes the whole body
 (ResNet + FPN), Detectron's StopGradient on every body output. AffineChannel is always frozen.
+
+MODEL.DOMAIN_ADAPTATION_ON adds the input `is_source` (B,) bool, keeps the detection losses on the
+source images and adds the domain losses `loss_da_image`, `loss_da_instance`, `loss_da_consistency`
+(`tfdet.modeling.domain_adaptation`); without it the graph is exactly the one above.
 """
 
 import keras
@@ -39,6 +43,13 @@ from tfdet.layers.training_targets import (
     TrainingImInfo,
 )
 from tfdet.modeling.detectron_names import model_blobs
+from tfdet.modeling.domain_adaptation import (
+    add_domain_adaptation_losses,
+    check_domain_adaptation,
+    domain_inputs,
+    source_images_only,
+    source_roi_labels,
+)
 from tfdet.modeling.registry import BODIES, BOX_HEADS, KEYPOINT_HEADS, MASK_HEADS
 from tfdet.modeling.roi_heads import add_fast_rcnn_outputs, add_keypoint_outputs, add_mask_rcnn_outputs
 from tfdet.modeling.rpn import add_proposals, add_rpn_head, rpn_levels
@@ -66,6 +77,8 @@ def training_inputs(cfg):
         inputs["gt_masks"] = keras.Input((None, None, None), dtype="uint8", name="gt_masks")
     if cfg.MODEL.KEYPOINTS_ON:
         inputs["gt_keypoints"] = keras.Input((None, cfg.KRCNN.NUM_KEYPOINTS, 3), name="gt_keypoints")
+    if cfg.MODEL.DOMAIN_ADAPTATION_ON:
+        inputs.update(domain_inputs())
     return inputs
 
 
@@ -79,6 +92,8 @@ def _check_trainable(cfg):
         )
     if cfg.MODEL.KEYPOINTS_ON and cfg.KRCNN.NUM_KEYPOINTS <= 0:
         raise ValueError(f"MODEL.KEYPOINTS_ON needs KRCNN.NUM_KEYPOINTS > 0, got {cfg.KRCNN.NUM_KEYPOINTS}")
+    if cfg.MODEL.DOMAIN_ADAPTATION_ON:
+        check_domain_adaptation(cfg)
 
 
 def _freeze_body(inputs, body):
@@ -96,6 +111,12 @@ def _fpn_rpn(cfg):
 def _add_rpn_losses(cfg, rpn_outputs, inputs, gt_valid):
     levels = rpn_levels(cfg)
     train = cfg.TRAIN
+    tensors = [
+        *(t for logits, _, deltas in rpn_outputs for t in (logits, deltas)),
+        inputs["gt_boxes"], inputs["gt_is_crowd"], gt_valid, inputs["image_info"], inputs["seeds"],
+    ]
+    if cfg.MODEL.DOMAIN_ADAPTATION_ON:
+        tensors = source_images_only(inputs, tensors)  # target images have no anchor labels
     return RPNLosses(
         cell_anchors=[cell for _, _, cell in levels],
         strides=[stride for _, stride, _ in levels],
@@ -106,10 +127,7 @@ def _add_rpn_losses(cfg, rpn_outputs, inputs, gt_valid):
         fg_fraction=train.RPN_FG_FRACTION,
         fpn=_fpn_rpn(cfg),
         name="rpn_losses",
-    )([
-        *(t for logits, _, deltas in rpn_outputs for t in (logits, deltas)),
-        inputs["gt_boxes"], inputs["gt_is_crowd"], gt_valid, inputs["image_info"], inputs["seeds"],
-    ])
+    )(tensors)
 
 
 def _sample_rois(cfg, proposals, proposal_valid, inputs, gt_valid):
@@ -188,10 +206,15 @@ def build_training_model(cfg):
     rois, box_indices = FlattenRoIs(name="sampled_rois")(samples["rois"])
     box_head = BOX_HEADS.get(cfg.FAST_RCNN.ROI_BOX_HEAD)(cfg, body, rois, box_indices)
     box_outputs = add_fast_rcnn_outputs(cfg, box_head)
+    labels = samples["labels"]
+    if cfg.MODEL.DOMAIN_ADAPTATION_ON:
+        labels = source_roi_labels(inputs, labels)  # target RoIs count in no detection loss
     outputs["loss_cls"], outputs["loss_bbox"], outputs["accuracy_cls"] = FastRCNNLosses(name="fast_rcnn_losses")([
-        box_outputs.cls_score, box_outputs.bbox_pred, samples["labels"], samples["bbox_targets"],
+        box_outputs.cls_score, box_outputs.bbox_pred, labels, samples["bbox_targets"],
         samples["bbox_inside_weights"], samples["bbox_outside_weights"],
     ])
+    if cfg.MODEL.DOMAIN_ADAPTATION_ON:
+        outputs.update(add_domain_adaptation_losses(cfg, body, box_head, samples["labels"], inputs))
     if cfg.MODEL.MASK_ON:
         outputs["loss_mask"] = _add_mask_loss(cfg, body, box_head, samples, foreground_slots, inputs, gt_valid)
     if cfg.MODEL.KEYPOINTS_ON:
@@ -199,18 +222,20 @@ def build_training_model(cfg):
     return keras.Model(inputs, outputs, name="generalized_rcnn_training")
 
 
-def copy_weights_by_blob_name(source, target, mask_head=""):
+def copy_weights_by_blob_name(source, target, mask_head="", keep_missing=None):
     """Assign every Detectron-named variable of `target` the value of the same blob in `source`.
 
     Training and inference models of one config share their blob names (same builders), so this moves
     weights between them. Raises ValueError naming the blobs `source` lacks or whose shapes differ,
-    before changing anything. Returns the number of variables copied.
+    before changing anything; blobs for which `keep_missing(name)` is true may be absent from `source`
+    and keep their values. Returns the number of variables copied.
     """
     values = {name: variable for name, variable, _, _ in model_blobs(source, mask_head)}
     pairs, missing, mismatched = [], [], []
     for name, variable, _, _ in model_blobs(target, mask_head):
         if name not in values:
-            missing.append(name)
+            if not (keep_missing and keep_missing(name)):
+                missing.append(name)
         elif tuple(values[name].shape) != tuple(variable.shape):
             mismatched.append(f"{name} {tuple(values[name].shape)} vs {tuple(variable.shape)}")
         else:

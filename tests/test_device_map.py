@@ -1,0 +1,225 @@
+"""TFDET.DEVICE_MAP (model parallelism): parts of zoo models, clear errors, and, in a child process with 4
+logical CPUs, the traced training step (forward and gradient ops of the mapped parts on /CPU:1, the rest
+not), the same update as without a map, the inference model, and mirrored replicas on /CPU:0 and /CPU:2
+shifting a part to /CPU:1 and /CPU:3 (this module's functions run there)."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from training_fixtures import first_batch, shapes_images, shapes_roidb, tiny_cfg
+
+from tfdet.config import ConfigError, load_config
+from tfdet.layers import placeholder_initialization
+from tfdet.modeling import build_model
+from tfdet.modeling.detectron_names import model_blobs
+from tfdet.modeling.device_map import PARTS, apply_device_map, layer_devices, leaf_layers, model_parts, resolve_device
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+ZOO = REPO_ROOT.parent / "shared" / "detectron" / "configs" / "12_2017_baselines"
+# The tiny config without keypoints, GroupNorm (AffineChannel and plain convs instead) and with 1x1 RoIAlign
+# grids: a graph a third the size, traced faster.
+SMALL = ("MODEL.KEYPOINTS_ON", "False", "FAST_RCNN.ROI_XFORM_SAMPLING_RATIO", "1",
+         "MRCNN.ROI_XFORM_SAMPLING_RATIO", "1", "RESNETS.STEM_FUNC", "basic_bn_stem",
+         "RESNETS.TRANS_FUNC", "bottleneck_transformation", "RESNETS.SHORTCUT_FUNC", "basic_bn_shortcut",
+         "FPN.USE_GN", "False", "FAST_RCNN.ROI_BOX_HEAD", "fast_rcnn_heads.add_roi_Xconv1fc_head",
+         "MRCNN.ROI_MASK_HEAD", "mask_rcnn_heads.mask_rcnn_fcn_head_v1up4convs")
+MAP = "{res5: /CPU:1, mask_head: CPU:1}"
+MAPPED_PARTS = {"res5", "mask_head"}
+# Ops of a mapped layer that stay with the variables (the replica's device), by design.
+VARIABLE_OPS = {"ReadVariableOp", "Placeholder"}
+# One device vs two devices on the same batch: the same ops, gradient sums in another order.
+UPDATE_TOLERANCE = 1e-5
+
+
+def zoo_cfg(name, *overrides):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zoo files use renamed keys
+        return load_config(ZOO / name, list(overrides))
+
+
+# ---- in this process: parts, errors, config ----
+
+
+@pytest.mark.parametrize("name, parts", [
+    ("e2e_mask_rcnn_R-50-C4_1x.yaml", {"res1", "res2", "res3", "res4", "res5", "rpn", "box_head", "mask_head"}),
+    ("e2e_keypoint_rcnn_R-50-FPN_1x.yaml", set(PARTS) - {"mask_head"}),
+])
+def test_every_weight_of_zoo_models_belongs_to_a_part(name, parts):
+    with placeholder_initialization():
+        model = build_model(zoo_cfg(name))
+    found = model_parts(model)
+    assert set(found) == parts
+    in_parts = {layer for layers in found.values() for layer in layers}
+    assert {layer.name for layer, _ in leaf_layers(model) if layer.weights} <= in_parts
+
+
+def test_c4_box_head_takes_the_roi_res5_stage_unless_res5_is_mapped():
+    with placeholder_initialization():
+        model = build_model(zoo_cfg("e2e_mask_rcnn_R-50-C4_1x.yaml"))
+    cpu = resolve_device("/CPU:0")
+    box_only = layer_devices(load_config(None, ["TFDET.DEVICE_MAP", "{box_head: /CPU:0}"]), model)
+    assert {"pool5", "res5_0_branch2a", "res5_2_sum", "res5_pool", "cls_score", "bbox_pred"} <= set(box_only)
+    assert set(box_only.values()) == {cpu} and not {"res4_5_sum", "mask_pool5", "conv5_mask"} & set(box_only)
+    both = layer_devices(load_config(None, ["TFDET.DEVICE_MAP", "{box_head: /CPU:0, res5: /CPU:0}"]), model)
+    assert set(both) == set(box_only)
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    return build_model(tiny_cfg(*SMALL))
+
+
+@pytest.mark.parametrize("device_map, message", [
+    ("{res6: /CPU:0}", r"unknown part\(s\) res6; valid parts: res1, res2, res3, res4, res5, fpn, rpn, box_head"),
+    ("{keypoint_head: /CPU:0}", r"this model has no keypoint_head; its parts: res1, .*mask_head"),
+    ("{res5: /GPU:7}", r"unknown device '/GPU:7'; this process has /CPU:0"),
+    ("{res5: nowhere}", r"unknown device 'nowhere'"),
+])
+def test_bad_device_maps_are_clear_errors(tiny_model, device_map, message):
+    with pytest.raises(ValueError, match=message):
+        apply_device_map(load_config(None, ["TFDET.DEVICE_MAP", device_map]), tiny_model)
+
+
+def test_device_names_in_every_spelling_resolve_to_the_logical_device():
+    import tensorflow as tf
+
+    spellings = ("/CPU:0", "CPU:0", "cpu:0", "/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:0")
+    assert {resolve_device(name) for name in spellings} == {tf.config.list_logical_devices("CPU")[0].name}
+
+
+def test_device_map_is_a_mapping_valued_config_key(tmp_path):
+    path = tmp_path / "map.yaml"
+    path.write_text("TFDET:\n  DEVICE_MAP:\n    res5: /GPU:1\n    mask_head: /GPU:1\n")
+    cfg = load_config(path)
+    assert cfg.TFDET.DEVICE_MAP == {"res5": "/GPU:1", "mask_head": "/GPU:1"}
+    assert load_config(None, ["TFDET.DEVICE_MAP", MAP]).TFDET.DEVICE_MAP == {"res5": "/CPU:1", "mask_head": "CPU:1"}
+    dumped = tmp_path / "dumped.yaml"
+    dumped.write_text(cfg.dump())
+    assert load_config(dumped) == cfg and load_config().TFDET.DEVICE_MAP == {}
+    with pytest.raises(ConfigError, match="expects a mapping, got str"):
+        load_config(None, ["TFDET.DEVICE_MAP", "res5"])
+    with pytest.raises(ConfigError, match="expects str: str entries, got int 1"):
+        load_config(None, ["TFDET.DEVICE_MAP", "{res5: 1}"])
+
+
+# ---- in a child process with 4 logical CPUs ----
+
+
+def _placements(graph, model):
+    from tfdet.engine.op_devices import op_placements
+
+    return [[p.device, p.gradient, p.part, p.type, p.name] for p in op_placements(graph, model)]
+
+
+def _weights(model):
+    return {name: variable.numpy() for name, variable, _, _ in model_blobs(model)}
+
+
+def child_main(data_dir, out_dir):
+    """One training step without and with MAP on /CPU:0 (+ the traced step), the inference model with and
+    without MAP, and a mirrored step over /CPU:0 and /CPU:2 with mask_head on /CPU:1 (+ its trace)."""
+    import tensorflow as tf
+
+    from tfdet.engine.op_devices import replicated_batch, trace_training_step
+    from tfdet.engine.strategy import make_logical_cpus
+    from tfdet.engine.trainer import Trainer
+
+    make_logical_cpus(4)
+    out_dir = pathlib.Path(out_dir)
+    cfg = tiny_cfg(*SMALL)
+    batch = first_batch(cfg, shapes_roidb(data_dir, min_objects=2, generate=False))
+    report = {}
+    for name, device_map in (("plain", "{}"), ("mapped", MAP)):
+        trainer = Trainer(tiny_cfg(*SMALL, "TFDET.DEVICE_MAP", device_map), out_dir / name, progress=False)
+        initial = _weights(trainer.model)
+        if name == "mapped":
+            report["training"] = _placements(trace_training_step(trainer, batch), trainer.model)
+        report[f"losses_{name}"] = trainer.train_step(replicated_batch(trainer.strategy, batch))
+        np.savez(out_dir / f"{name}.npz", **{f"initial/{k}": v for k, v in initial.items()},
+                 **{f"updated/{k}": v for k, v in _weights(trainer.model).items()})
+
+    model = build_model(tiny_cfg(*SMALL, "TFDET.DEVICE_MAP", MAP))
+    images = {"images": batch["images"], "image_info": batch["image_info"]}
+    function = tf.function(model)
+    report["inference"] = _placements(function.get_concrete_function(images).graph, model)
+    report["num_detections"] = function(images)["num_detections"].numpy().tolist()
+
+    strategy = tf.distribute.MirroredStrategy(["/CPU:0", "/CPU:2"])
+    mirrored_cfg = tiny_cfg(*SMALL, "TFDET.DEVICE_MAP", "{mask_head: /CPU:1}", "NUM_GPUS", "2",
+                            "TRAIN.IMS_PER_BATCH", "1")
+    trainer = Trainer(mirrored_cfg, out_dir / "mirrored", strategy=strategy, progress=False)
+    one_image = {k: v[:1] for k, v in batch.items()}
+    report["mirrored"] = _placements(trace_training_step(trainer, one_image), trainer.model)
+    report["losses_mirrored"] = trainer.train_step(replicated_batch(strategy, one_image))
+    (out_dir / "report.json").write_text(json.dumps(report))
+
+
+@pytest.fixture(scope="module")
+def child_results(tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("device_map")
+    shapes_images(out_dir / "shapes", num_images=4)
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES="")
+    code = (f"import sys; sys.path.insert(0, {str(REPO_ROOT / 'tests')!r}); import test_device_map as t; "
+            f"t.child_main({str(out_dir / 'shapes')!r}, {str(out_dir)!r})")
+    child = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert child.returncode == 0, child.stderr[-4000:]
+    return out_dir, json.loads((out_dir / "report.json").read_text())
+
+
+def test_mapped_parts_run_forward_and_backward_on_device_1_and_the_rest_elsewhere(child_results):
+    _, report = child_results
+    placements = report["training"]
+    mapped = [p for p in placements if p[2] in MAPPED_PARTS and p[3] not in VARIABLE_OPS]
+    assert {device for device, *_ in mapped} == {"/CPU:1"}
+    for part in MAPPED_PARTS:  # every mapped part has forward and gradient ops there
+        assert {gradient for _, gradient, p, *_ in mapped if p == part} == {True, False}, part
+    # Nothing else runs there, but the sums of the mapped layers' gradients (colocated with them).
+    others_there = [p for p in placements if p[0] == "/CPU:1" and p[2] not in MAPPED_PARTS]
+    assert others_there and all(gradient for _, gradient, *_ in others_there)
+    assert {p[3] for p in others_there} <= {"AddN", "ConcatV2", "Const", "Identity"}
+    assert {p[0] for p in placements if p[2] not in MAPPED_PARTS} >= {"(default)"}
+    assert {p[0] for p in placements if p[2] in set(PARTS) - MAPPED_PARTS} == {"(default)"}
+
+
+def test_one_step_with_a_device_map_updates_the_weights_as_without(child_results):
+    out_dir, report = child_results
+    plain, mapped = np.load(out_dir / "plain.npz"), np.load(out_dir / "mapped.npz")
+    np.testing.assert_allclose(list(report["losses_mapped"].values()), list(report["losses_plain"].values()),
+                               rtol=1e-6)
+    names = [n.split("/", 1)[1] for n in plain.files if n.startswith("initial/")]
+    for name in names:
+        np.testing.assert_array_equal(mapped[f"initial/{name}"], plain[f"initial/{name}"], err_msg=name)
+    updates = {n: (plain[f"updated/{n}"] - plain[f"initial/{n}"], mapped[f"updated/{n}"] - mapped[f"initial/{n}"])
+               for n in names}
+    assert max(np.abs(one).max() for one, _ in updates.values()) > 1e-3  # the step really trained
+    difference = np.sqrt(sum(np.sum((two - one) ** 2) for one, two in updates.values()))
+    assert difference / np.sqrt(sum(np.sum(one**2) for one, _ in updates.values())) < UPDATE_TOLERANCE
+
+
+def test_inference_model_runs_mapped_parts_on_device_1(child_results):
+    _, report = child_results
+    placements = report["inference"]
+    mapped = {p[0] for p in placements if p[2] in MAPPED_PARTS and p[3] not in VARIABLE_OPS}
+    assert mapped == {"/CPU:1"}
+    assert "/CPU:1" not in {p[0] for p in placements if p[2] not in MAPPED_PARTS}
+    assert len(report["num_detections"]) == 2  # it ran, one count per image
+
+
+def test_mirrored_replicas_shift_the_mapped_part_by_their_device_offset(child_results):
+    _, report = child_results
+    devices = {}
+    for device, _, part, op_type, name in report["mirrored"]:
+        if part == "mask_head" and op_type not in VARIABLE_OPS:
+            devices.setdefault(name.startswith("replica_1/"), set()).add(device)
+    assert devices == {False: {"/CPU:1"}, True: {"/CPU:3"}}
+    replica_devices = {p[0] for p in report["mirrored"]
+                       if p[2] in {"res2", "fpn", "box_head"} and p[3] not in VARIABLE_OPS}
+    assert replica_devices == {"/CPU:0", "/CPU:2"}
+    assert all(np.isfinite(list(report["losses_mirrored"].values())))

@@ -1,0 +1,132 @@
+"""One domain-adaptation training step of the tiny DA Faster R-CNN under `default` and `mirrored` (two logical
+CPUs, child processes) gives the same update on the same global batch, and the mirrored pipeline gives every
+replica a source and a target image."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import tensorflow as tf
+from training_fixtures import REPO_ROOT, shapes_images, shapes_roidb
+
+from tfdet.config import load_config
+from tfdet.data import shapes
+from tfdet.data.domain_pipeline import build_domain_dataset, target_image_records
+from tfdet.data.roidb import Roidb
+from tfdet.modeling.detectron_names import model_blobs
+
+DA_CONFIG = REPO_ROOT / "configs" / "shapes_tiny_da_faster.yaml"
+# Detectron's AffineChannel body and a plain-conv box head instead of GroupNorm: at random initialisation GN's
+# backward pass amplifies the float rounding that differs between convolving 4 images and 2 into visible
+# update differences (see tests/test_trainer.py); with AffineChannel the two agree to ~1e-6.
+AFFINE_BODY = (
+    "RESNETS.STEM_FUNC", "basic_bn_stem", "RESNETS.TRANS_FUNC", "bottleneck_transformation",
+    "RESNETS.SHORTCUT_FUNC", "basic_bn_shortcut", "FPN.USE_GN", "False",
+    "FAST_RCNN.ROI_BOX_HEAD", "fast_rcnn_heads.add_roi_Xconv1fc_head",
+)
+# Every proposal survives the FPN collect (at most 4 x 200 + 12 per image, 4 images on one device), and the
+# RPN output layers start at zero (proposals = anchors ranked by index on any split of the batch); every
+# image fills its 64 RoI slots, so each replica's loss normalisers are half the single device's.
+ALL_PROPOSALS = ("TRAIN.RPN_POST_NMS_TOP_N", "4000")
+ZEROED_LAYERS = ("rpn_cls_logits_fpn2", "rpn_bbox_pred_fpn2")
+ALL_WEIGHTS_TOLERANCE = 1e-5
+PER_WEIGHT_TOLERANCE = 2e-3
+# One device's batch [s0, t0, s1, t1]: replica k of two gets [s_k, t_k] with the same per-image seeds (the
+# pipeline's batch of 4 is [s0, s1, t0, t1]).
+REPLICA_ORDER = [0, 2, 1, 3]
+
+
+def da_cfg(*overrides):
+    return load_config(DA_CONFIG, list(overrides))
+
+
+def domain_roidbs(data_dir):
+    data_dir = pathlib.Path(data_dir)
+    source = shapes_roidb(data_dir / "source", min_objects=2, generate=False)
+    target_json, target_images = shapes.split_paths(data_dir / "target", "train")
+    target = Roidb(target_image_records(target_json, target_images), (), ("__background__",), None, (), 0)
+    return source, target
+
+
+def weights_by_blob(model):
+    return {name: variable.numpy() for name, variable, _, _ in model_blobs(model)}
+
+
+def step_child_main(strategy_name, data_dir, out_path):
+    """Child: one DA step on the 2 + 2 image global batch of `data_dir`; writes weights, outputs and the
+    domain flags each replica's batch from the real pipeline holds to `out_path` (.npz)."""
+    from tfdet.engine.strategy import build_strategy, make_logical_cpus
+    from tfdet.engine.trainer import Trainer
+
+    mirrored = strategy_name == "mirrored"
+    if mirrored:
+        make_logical_cpus(2)
+    split = ("TRAIN.IMS_PER_BATCH", "2", "NUM_GPUS", "2") if mirrored else ("TRAIN.IMS_PER_BATCH", "4")
+    cfg = da_cfg(*AFFINE_BODY, *ALL_PROPOSALS, *split)
+    source, target = domain_roidbs(data_dir)
+    batch = next(iter(build_domain_dataset(da_cfg("TRAIN.IMS_PER_BATCH", "4"), source, target, flip=False)))
+    batch = {name: tf.gather(value, REPLICA_ORDER) for name, value in batch.items()}
+    dataset = tf.data.Dataset.from_tensors(batch)
+    if mirrored:
+        dataset = dataset.unbatch().batch(2)
+
+    trainer = Trainer(cfg, pathlib.Path(out_path).parent / strategy_name, strategy=build_strategy(cfg),
+                      roidb=source, target_roidb=target, progress=False)
+    pipeline_batch = next(iter(trainer.distributed_dataset(0)))
+    replica_flags = [t.numpy() for t in trainer.strategy.experimental_local_results(pipeline_batch["is_source"])]
+    for name in ZEROED_LAYERS:
+        for variable in trainer.model.get_layer(name).weights:
+            variable.assign(tf.zeros_like(variable))
+    initial = weights_by_blob(trainer.model)
+    distributed = trainer.strategy.distribute_datasets_from_function(lambda context: dataset)
+    outputs = trainer.train_step(next(iter(distributed)))
+    np.savez(out_path, **{f"initial/{n}": v for n, v in initial.items()},
+             **{f"updated/{n}": v for n, v in weights_by_blob(trainer.model).items()},
+             **{f"output/{n}": v for n, v in outputs.items()},
+             replica_flags=np.stack(replica_flags), replicas=trainer.strategy.num_replicas_in_sync)
+
+
+def run_children(args_per_child, timeout=300):
+    """`step_child_main(*args)` in one child process per entry, concurrently."""
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES="")
+    children = []
+    for args in args_per_child:
+        code = (f"import sys; sys.path.insert(0, {str(REPO_ROOT / 'tests')!r}); "
+                f"import test_domain_adaptation_strategy as t; t.step_child_main(*{args!r})")
+        children.append(subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [child.communicate(timeout=timeout) for child in children]
+    for child, (_, stderr) in zip(children, outputs):
+        assert child.returncode == 0, stderr[-4000:]
+
+
+def test_one_da_step_mirrored_over_two_cpus_equals_one_device_on_the_global_batch(tmp_path):
+    shapes_images(tmp_path / "data" / "source", num_images=8)
+    shapes.generate(tmp_path / "data" / "target", 4, seed=11, image_size=96, split_name="train", style="foggy")
+    run_children([(name, str(tmp_path / "data"), str(tmp_path / f"{name}.npz")) for name in ("default", "mirrored")])
+    single, mirrored = np.load(tmp_path / "default.npz"), np.load(tmp_path / "mirrored.npz")
+    assert [int(single["replicas"]), int(mirrored["replicas"])] == [1, 2]
+    np.testing.assert_array_equal(single["replica_flags"], [[True, True, False, False]])
+    np.testing.assert_array_equal(mirrored["replica_flags"], [[True, False], [True, False]])
+
+    names = [n for n in single.files if n.startswith("initial/")]
+    assert {"initial/conv1_da_w", "initial/fc3_da_w"} <= set(names)
+    for name in names:
+        np.testing.assert_array_equal(mirrored[name], single[name], err_msg=name)
+    outputs = sorted(n for n in single.files if n.startswith("output/"))
+    assert {"output/loss_rpn_cls", "output/loss_cls", "output/loss_da_image", "output/loss_da_instance",
+            "output/loss_da_consistency"} <= set(outputs)
+    np.testing.assert_allclose([mirrored[n] for n in outputs], [single[n] for n in outputs], rtol=1e-5, atol=1e-7)
+
+    updates = {}
+    for name in names:
+        blob = name.split("/", 1)[1]
+        updates[blob] = (single[f"updated/{blob}"] - single[name], mirrored[f"updated/{blob}"] - mirrored[name])
+    assert min(np.abs(updates[blob][0]).max() for blob in ("conv1_da_w", "fc1_da_w", "fc3_da_w")) > 0
+    assert max(np.abs(one).max() for one, _ in updates.values()) > 1e-3  # the step really trained
+    errors = {blob: np.linalg.norm(two - one) / max(np.linalg.norm(one), 1e-12) for blob, (one, two) in updates.items()}
+    assert max(errors.values()) < PER_WEIGHT_TOLERANCE, sorted(errors.items(), key=lambda e: -e[1])[:5]
+    total_error = sum(np.sum((two - one) ** 2) for one, two in updates.values())
+    assert np.sqrt(total_error / sum(np.sum(one**2) for one, _ in updates.values())) < ALL_WEIGHTS_TOLERANCE
