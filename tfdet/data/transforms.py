@@ -3,16 +3,17 @@
 The image path reproduces `tfdet.preprocessing.prepare_image` (Detectron's `prep_im_for_blob`):
 JPEG decoded as `cv2.imread` decodes it (libjpeg's accurate integer DCT), optional horizontal flip
 of the original image (Detectron flips before resizing), mean subtraction, then
-`cv2.resize(im, None, fx=scale, fy=scale)` INTER_LINEAR. Given a scale, OpenCV
-samples the source at `(x + 0.5) / scale - 0.5` (not at `in / out`, as `tfdet.ops.resize_linear_cv2`
-does, reproducing `cv2.resize` given a size) and takes its generic path, not IPP's; float32 weights
-and float32 mean subtraction come within a few ulps of it (3e-5 on 0-255 values) at a fraction of
-the cost of an exact emulation; training does not need the last ulp. Ground truth follows
+`cv2.resize(im, None, fx=scale, fy=scale)` INTER_LINEAR (`tfdet.ops.resize_linear_cv2` by scale:
+OpenCV's sampling, within one float32 ulp). Training subtracts the means in float32 (within one ulp
+of Detectron's float64, at a quarter of the cost); the exported SavedModel, which must match
+`Predictor` output for output, subtracts them in float64. Ground truth follows
 Detectron's flip conventions in original pixels (boxes and keypoints `x -> W - x - 1`; masks
 mirrored pixel for pixel) and is then multiplied by the scale.
 """
 
 import tensorflow as tf
+
+from tfdet.ops.resize import resize_linear_cv2
 
 # COCO's compressed RLE: 5 payload bits per character, offset by 48, bit 5 = more characters follow,
 # bit 4 of a number's last character = negative (`rleFrString` in pycocotools' maskApi.c).
@@ -36,11 +37,12 @@ def decode_bgr(encoded):
     return tf.reverse(tf.ensure_shape(rgb, [None, None, 3]), axis=[-1])
 
 
-def subtract_means(image_bgr, pixel_means):
-    """uint8 BGR minus PIXEL_MEANS in float32: within one float32 ulp of Detectron's float64
-    subtraction (`prepare_image`), at a quarter of its cost."""
-    means = tf.constant(pixel_means, tf.float32, shape=[1, 1, 3])
-    return tf.cast(image_bgr, tf.float32) - means
+def subtract_means(image_bgr, pixel_means, compute_dtype=tf.float32):
+    """uint8 BGR minus PIXEL_MEANS as a float32 image, computed in `compute_dtype`: float32 is within
+    one float32 ulp of Detectron's subtraction (`prepare_image`) at a quarter of its cost; float64 is
+    Detectron's (float64 means, the difference rounded to float32)."""
+    means = tf.constant(pixel_means, compute_dtype, shape=[1, 1, 3])
+    return tf.cast(tf.cast(image_bgr, compute_dtype) - means, tf.float32)
 
 
 def image_scale(height, width, target_size, max_size):
@@ -52,43 +54,15 @@ def image_scale(height, width, target_size, max_size):
     return tf.where(tf.round(scale * long) > tf.cast(max_size, tf.float64), capped, scale)
 
 
-def scaled_size(height, width, scale):
-    """OpenCV's output size for fx = fy = scale: `saturate_cast<int>(size * scale)` (half to even)."""
-    size = tf.cast(tf.stack([height, width]), tf.float64) * _float64(scale)
-    return tf.cast(tf.round(size), tf.int32)
-
-
 def resize_image_by_scale(image, scale):
-    """`cv2.resize(image, None, fx=scale, fy=scale)` INTER_LINEAR of an (H, W, C) float32 image.
-
-    OpenCV's sampling positions and order (horizontal pass, then vertical), edges replicated, with
-    float32 weights (1 - f, f): within a few float32 ulps of OpenCV (3e-5 on 0-255 images).
-    """
-    image = tf.convert_to_tensor(image, tf.float32)
-    scale = _float64(scale)
-    out_size = scaled_size(tf.shape(image)[0], tf.shape(image)[1], scale)
-    lo, hi, frac = _linear_taps(tf.shape(image)[1], out_size[1], scale)
-    frac = frac[None, :, None]
-    rows = tf.gather(image, lo, axis=1) * (1.0 - frac) + tf.gather(image, hi, axis=1) * frac
-    lo, hi, frac = _linear_taps(tf.shape(image)[0], out_size[0], scale)
-    frac = frac[:, None, None]
-    return tf.gather(rows, lo) * (1.0 - frac) + tf.gather(rows, hi) * frac
+    """`cv2.resize(image, None, fx=scale, fy=scale)` INTER_LINEAR of an (H, W, C) float32 image
+    (`tfdet.ops.resize_linear_cv2` by scale; `scale` float64 or a Python float)."""
+    return resize_linear_cv2(image, scale=scale)
 
 
 def _float64(value):
     """A float64 tensor of `value`; Python floats are not rounded through float32 on the way (tf.cast does that)."""
     return tf.cast(tf.convert_to_tensor(value, dtype_hint=tf.float64), tf.float64)
-
-
-def _linear_taps(in_size, out_size, scale):
-    """Source pixels and weights of output pixel x, sampled at `(x + 0.5) / scale - 0.5`, edges replicated."""
-    coord = (tf.range(out_size, dtype=tf.float64) + 0.5) / scale - 0.5
-    floor = tf.floor(coord)
-    lo = tf.cast(floor, tf.int32)
-    outside = (lo < 0) | (lo >= in_size - 1)
-    frac = tf.where(outside, tf.zeros_like(coord), coord - floor)
-    lo = tf.clip_by_value(lo, 0, in_size - 1)
-    return lo, tf.minimum(lo + 1, in_size - 1), tf.cast(frac, tf.float32)
 
 
 def flip_boxes(boxes, width):

@@ -15,6 +15,11 @@ and more. OpenCV itself runs two different float32 code paths:
 
 Both are separable: the horizontal pass runs first, then the vertical one; borders replicate.
 Images are (H, W) or channels-last (H, W, C); output sizes may be dynamic scalar tensors.
+
+`cv2.resize` given a size samples output pixel x at `(x + 0.5) * in / out - 0.5`; given a scale
+factor (`fx = fy = scale`, as Detectron's `prep_im_for_blob` calls it) at `(x + 0.5) / scale - 0.5`,
+into `scaled_size` pixels. Whenever `size * scale` is not an integer the two differ, by up to half
+an output pixel at the far edge; `resize_linear_cv2` takes either.
 """
 
 import tensorflow as tf
@@ -26,16 +31,34 @@ CUBIC_A = -0.75
 _OPENCV_SIMD_LANES = 4
 
 
-def resize_linear_cv2(image, height, width):
-    """`cv2.resize(image, (width, height))` (INTER_LINEAR) as OpenCV's IPP path computes it."""
+def resize_linear_cv2(image, height=None, width=None, scale=None):
+    """INTER_LINEAR `cv2.resize` as OpenCV's IPP path computes it, to a size or by a scale factor.
+
+    `height` and `width`: `cv2.resize(image, (width, height))`. `scale` instead:
+    `cv2.resize(image, None, fx=scale, fy=scale)`, output `scaled_size` (bit-exact in most pixels,
+    one float32 ulp away in the others, where IPP rounds a source coordinate differently). Give
+    `scale` as a Python float or a float64 tensor: a float32 scale moves the samples.
+    """
+    if (height is None) != (width is None) or (height is None) == (scale is None):
+        raise ValueError("resize_linear_cv2 takes either height and width, or scale")
     image = tf.convert_to_tensor(image, tf.float32)
     rank = image.shape.rank
-    lo, hi, frac = _ipp_linear_taps(tf.shape(image)[1], width)
+    if scale is not None:
+        scale = tf.cast(tf.convert_to_tensor(scale, dtype_hint=tf.float64), tf.float64)
+        height, width = tf.unstack(scaled_size(tf.shape(image)[0], tf.shape(image)[1], scale))
+    lo, hi, frac = _ipp_linear_taps(tf.shape(image)[1], width, scale)
     rows = _fma_lerp(
         tf.gather(image, lo, axis=1), tf.gather(image, hi, axis=1), _broadcastable(frac, 1, rank)
     )
-    lo, hi, frac = _ipp_linear_taps(tf.shape(image)[0], height)
+    lo, hi, frac = _ipp_linear_taps(tf.shape(image)[0], height, scale)
     return _fma_lerp(tf.gather(rows, lo), tf.gather(rows, hi), _broadcastable(frac, 0, rank))
+
+
+def scaled_size(height, width, scale):
+    """(2,) int32 output size of `cv2.resize` with fx = fy = `scale` (float64):
+    `saturate_cast<int>(size * scale)`, which rounds half to even."""
+    size = tf.cast(tf.stack([height, width]), tf.float64) * tf.cast(scale, tf.float64)
+    return tf.cast(tf.round(size), tf.int32)
 
 
 def resize_cubic_cv2(image, height, width):
@@ -54,12 +77,16 @@ def resize_cubic_cv2(image, height, width):
     return tf.where(_scalar_tail_mask(tf.shape(rows)[1:]), scalar_sum, simd_sum)
 
 
-def _ipp_linear_taps(in_size, out_size):
-    """IPP's linear taps: float64 source coordinate, float32 fraction, edges replicated."""
+def _ipp_linear_taps(in_size, out_size, scale=None):
+    """IPP's linear taps: float64 source coordinate (at the size ratio, or at float64 `scale` when
+    given), float32 fraction, edges replicated."""
     in_size = tf.cast(in_size, tf.int32)
     out_size = tf.cast(out_size, tf.int32)
-    scale = tf.cast(in_size, tf.float64) / tf.cast(out_size, tf.float64)
-    coord = (tf.range(out_size, dtype=tf.float64) + 0.5) * scale - 0.5
+    centres = tf.range(out_size, dtype=tf.float64) + 0.5
+    if scale is None:
+        coord = centres * (tf.cast(in_size, tf.float64) / tf.cast(out_size, tf.float64)) - 0.5
+    else:
+        coord = centres / scale - 0.5
     floor = tf.floor(coord)
     lo = tf.cast(floor, tf.int32)
     outside = (lo < 0) | (lo >= in_size - 1)

@@ -1,0 +1,112 @@
+"""python -m savedmodel.export --cfg X.yaml --weights W --out BASE/NAME/VERSION [KEY VALUE ...]
+
+Writes a SavedModel in TF Serving's layout (BASE/NAME/<integer version>/saved_model.pb and
+variables/) with two signatures: `serving_default` (encoded JPEG/PNG bytes, as the REST API
+sends them base64) and `image_tensor` (uint8 RGB batches). `--weights` is our `.weights.h5` or a
+Detectron `.pkl`. An existing version is refused unless `--overwrite`; the version appears
+complete or not at all (written beside it under a name TF Serving ignores, then renamed).
+"""
+
+import argparse
+import pathlib
+import shutil
+import sys
+import uuid
+
+from savedmodel.outputs import MASK_FORMATS
+
+
+class ExportError(Exception):
+    """The export cannot proceed; the message says why in one line."""
+
+
+def version_directory(out):
+    """`out` as a Path, checked to be BASE/NAME/VERSION with VERSION a non-negative integer."""
+    out = pathlib.Path(out)
+    if not out.name.isdigit():
+        raise ExportError(
+            f"--out must end in an integer version directory (BASE/NAME/1), as TF Serving loads: got {str(out)!r}"
+        )
+    return out
+
+
+def export_saved_model(cfg, weights, out, mask_format="image", overwrite=False):
+    """Build the model of `cfg`, load `weights` (ours or a Detectron .pkl), write the SavedModel.
+
+    Returns the version directory. Raises ExportError when it exists and `overwrite` is False.
+    """
+    out = version_directory(out)
+    if out.exists() and not overwrite:
+        raise ExportError(f"{out} already exists; pass --overwrite to replace that version")
+    if not pathlib.Path(weights).is_file():
+        raise ExportError(f"weights file not found: {weights}")
+    import tensorflow as tf
+
+    from savedmodel.signatures import DetectionServingModule
+    from tfdet.inference import load_weights
+    from tfdet.layers import placeholder_initialization
+    from tfdet.modeling import build_model
+
+    with placeholder_initialization():  # every weight comes from the file
+        model = build_model(cfg)
+    load_weights(model, cfg, weights)
+    module = DetectionServingModule(model, cfg, mask_format)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.parent / f".{out.name}-export-{uuid.uuid4().hex[:12]}"
+    staging.mkdir()  # mkdir honours the umask (mkdtemp's 0700 would hide it from a server's user)
+    try:
+        tf.saved_model.save(module, str(staging), signatures=module.signatures())
+        replace_version(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def replace_version(staging, out):
+    """Rename the finished export `staging` to `out`; an existing `out` is swapped out as late as possible."""
+    if not out.exists():
+        staging.rename(out)
+        return
+    retired = out.parent / f".{out.name}-replaced-{staging.name}"
+    out.rename(retired)
+    staging.rename(out)
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser(
+        prog="python -m savedmodel.export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--cfg", required=True, help="YAML config of the model (Detectron's own or ours)")
+    parser.add_argument("--weights", required=True, help="our .weights.h5 or a Detectron .pkl")
+    parser.add_argument("--out", required=True, help="BASE/NAME/VERSION, VERSION an integer")
+    parser.add_argument(
+        "--mask-format",
+        choices=MASK_FORMATS,
+        default="image",
+        help="image: binary masks pasted to the image size (default); roi: M x M probabilities per box",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    parser.add_argument("opts", nargs="*", help="config overrides KEY VALUE ...")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = _parse(argv)
+    from porting.pickle_reader import WeightFileError
+    from tfdet.config import load_config
+
+    try:
+        version_directory(args.out)
+        cfg = load_config(args.cfg, args.opts)
+        out = export_saved_model(cfg, args.weights, args.out, args.mask_format, args.overwrite)
+    except (ExportError, ValueError, FileNotFoundError, WeightFileError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    masks = f"; {args.mask_format} masks" if cfg.MODEL.MASK_ON else ""
+    print(f"wrote {out} (signatures serving_default, image_tensor{masks})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""In-graph test-time image preparation for the SavedModel: `tfdet.preprocessing` (Detectron's
+prep_im_for_blob and im_list_to_blob, which the Predictor runs with numpy and cv2) as TensorFlow
+ops, so that the served graph takes encoded or raw images.
+
+Built from the training pipeline's pure-TF pieces (`tfdet.data.transforms`: cv2-exact JPEG
+decoding, the scale rule) and `tfdet.ops.resize_linear_cv2` by scale; the means are subtracted in
+float64, as Detectron does, so that the served detections equal the Predictor's.
+"""
+
+import tensorflow as tf
+
+from tfdet.data.transforms import image_scale, pad_to_multiple, subtract_means
+from tfdet.ops.resize import resize_linear_cv2
+
+
+def prepare_image(image_bgr, pixel_means, target_size, max_size):
+    """`tfdet.preprocessing.prepare_image` as ops: (resized float32 image minus means, float64 scale)."""
+    image = subtract_means(image_bgr, pixel_means, tf.float64)
+    scale = image_scale(tf.shape(image)[0], tf.shape(image)[1], target_size, max_size)
+    resized = resize_linear_cv2(image, scale=scale)
+    tf.debugging.assert_positive(
+        tf.reduce_min(tf.shape(resized)[:2]), message="image too elongated: it resizes to zero pixels"
+    )
+    return resized, scale
+
+
+def prepare_batch(count, image_at, pixel_means, target_size, max_size, stride):
+    """Prepare `count` BGR images `image_at(i)` (sizes may differ) into the model's inputs.
+
+    Returns `images` (B, H, W, 3) float32 zero-padded bottom-right, H and W rounded up to `stride`
+    when > 0 (`tfdet.preprocessing.batch_images`), `image_info` (B, 3) float32 = (original height,
+    original width, scale) and `image_sizes` (B, 2) int32 = original (height, width).
+    """
+    tf.debugging.assert_positive(count, message="the request holds no image")
+    resized = tf.TensorArray(tf.float32, size=count, infer_shape=False, element_shape=[None, None, 3])
+    info = tf.TensorArray(tf.float32, size=count, element_shape=[3])
+    sizes = tf.TensorArray(tf.int32, size=count, element_shape=[2])
+    largest = tf.zeros([2], tf.int32)
+    for i in tf.range(count):
+        image = image_at(i)
+        prepared, scale = prepare_image(image, pixel_means, target_size, max_size)
+        size = tf.shape(image)[:2]
+        resized = resized.write(i, prepared)
+        info = info.write(i, tf.concat([tf.cast(size, tf.float32), [tf.cast(scale, tf.float32)]], axis=0))
+        sizes = sizes.write(i, size)
+        largest = tf.maximum(largest, tf.shape(prepared)[:2])
+    padded = tf.TensorArray(tf.float32, size=count, element_shape=[None, None, 3])
+    for i in tf.range(count):
+        image = resized.read(i)
+        room = largest - tf.shape(image)[:2]
+        padded = padded.write(i, tf.pad(image, [[0, room[0]], [0, room[1]], [0, 0]]))
+    images = pad_to_multiple(tf.ensure_shape(padded.stack(), [None, None, None, 3]), (1, 2), stride)
+    return images, info.stack(), sizes.stack()

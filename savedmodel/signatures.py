@@ -1,0 +1,105 @@
+"""The serving module: a generalized R-CNN behind TF Serving signatures that take images as
+clients have them (encoded bytes or uint8 RGB tensors) and return padded, named detections."""
+
+import numpy as np
+import tensorflow as tf
+
+from savedmodel import outputs as names
+from savedmodel.preprocessing import prepare_batch
+from tfdet.data.transforms import decode_bgr
+from tfdet.ops.masks import paste_masks
+
+
+class DetectionServingModule(tf.Module):
+    """A Keras model behind two signatures, `serve_encoded` and `serve_image_tensor`.
+
+    Both return `num_detections` (B,) int32, `detection_boxes` (B, D, 4) float32 x1,y1,x2,y2 in
+    input pixels, `detection_scores` (B, D) float32, `detection_classes` (B, D) int32,
+    `image_sizes` (B, 2) int32 (height, width), plus `detection_masks` when MASK_ON — (B, D, H, W)
+    uint8 0/1 pasted into images padded to the batch's largest height and width ("image"), or
+    (B, D, M, M) float32 probabilities of each detection's class ("roi") — and
+    `detection_keypoints` (B, D, K, 3) float32 x, y, heatmap logit with
+    `detection_keypoint_probs` (B, D, K) float32 when KEYPOINTS_ON; D = TEST.DETECTIONS_PER_IM,
+    rows past num_detections are zeros.
+    """
+
+    def __init__(self, model, cfg, mask_format="image"):
+        super().__init__(name="tfdet_serving")
+        if mask_format not in names.MASK_FORMATS:
+            raise ValueError(f"mask_format must be one of {names.MASK_FORMATS}, got {mask_format!r}")
+        if not cfg.RPN.RPN_ON or cfg.MODEL.RPN_ONLY:
+            raise ValueError(
+                "only models with an RPN that return detections can be exported (not RPN-only or Fast R-CNN)"
+            )
+        # TF Serving's loader restores the variables the object graph holds as tf.Variables. A
+        # tracked Keras 3 model would hold copies of its variables there, and the signatures would
+        # read the originals, which nothing restores ("Could not find variable", TF issue #72963):
+        # track the underlying tf.Variables and keep the model itself out of the object graph.
+        self.model_variables = [variable.value for variable in model.weights]
+        self._mask_format = mask_format
+        self._pixel_means = np.asarray(cfg.PIXEL_MEANS, np.float64).reshape(3).tolist()
+        self._target_size = int(cfg.TEST.SCALE)
+        self._max_size = int(cfg.TEST.MAX_SIZE)
+        self._stride = int(cfg.FPN.COARSEST_STRIDE) if cfg.FPN.FPN_ON else 0
+        self._mask_threshold = float(cfg.MRCNN.THRESH_BINARIZE)
+        self._detections_per_image = int(cfg.TEST.DETECTIONS_PER_IM)
+        # One traced model call shared by both signatures (traced once, stored once).
+        self._run_model = tf.function(
+            lambda images, image_info: model({"images": images, "image_info": image_info}, training=False),
+            input_signature=[tf.TensorSpec([None, None, None, 3], tf.float32), tf.TensorSpec([None, 3], tf.float32)],
+        )
+        self.serve_encoded = tf.function(
+            self._serve_encoded, input_signature=[tf.TensorSpec([None], tf.string, name=names.ENCODED_INPUT)]
+        )
+        self.serve_image_tensor = tf.function(
+            self._serve_image_tensor,
+            input_signature=[tf.TensorSpec([None, None, None, 3], tf.uint8, name=names.TENSOR_INPUT)],
+        )
+
+    def signatures(self):
+        """The signature map for `tf.saved_model.save`."""
+        return {"serving_default": self.serve_encoded, "image_tensor": self.serve_image_tensor}
+
+    def _serve_encoded(self, image_bytes):
+        return self._detect(tf.shape(image_bytes)[0], lambda i: decode_bgr(image_bytes[i]))
+
+    def _serve_image_tensor(self, images):
+        return self._detect(tf.shape(images)[0], lambda i: tf.reverse(images[i], axis=[-1]))
+
+    def _detect(self, count, image_at):
+        blob, image_info, image_sizes = prepare_batch(
+            count, image_at, self._pixel_means, self._target_size, self._max_size, self._stride
+        )
+        raw = self._run_model(blob, image_info)
+        result = {
+            names.NUM_DETECTIONS: tf.cast(raw["num_detections"], tf.int32),
+            names.BOXES: tf.cast(raw["boxes"], tf.float32),
+            names.SCORES: tf.cast(raw["scores"], tf.float32),
+            names.CLASSES: tf.cast(raw["classes"], tf.int32),
+            names.IMAGE_SIZES: image_sizes,
+        }
+        if "mask_probs" in raw:
+            masks = tf.cast(raw["mask_probs"], tf.float32)
+            if self._mask_format == "image":
+                masks = self._paste_batch(masks, result[names.BOXES], result[names.NUM_DETECTIONS], image_sizes)
+            result[names.MASKS] = masks
+        if "keypoints" in raw:
+            result[names.KEYPOINTS] = tf.cast(raw["keypoints"][..., :3], tf.float32)
+            result[names.KEYPOINT_PROBS] = tf.cast(raw["keypoints"][..., 3], tf.float32)
+        return result
+
+    def _paste_batch(self, probs, boxes, num_detections, image_sizes):
+        """Each image's real detections pasted as Predictor does, padded to (D, max H, max W) uint8."""
+        largest = tf.reduce_max(image_sizes, axis=0)
+
+        def one_image(args):
+            image_probs, image_boxes, count, size = args
+            masks = paste_masks(image_probs[:count], image_boxes[:count], size[0], size[1], self._mask_threshold)
+            room = tf.concat([[self._detections_per_image - count], largest - size], axis=0)
+            return tf.pad(tf.cast(masks, tf.uint8), tf.stack([tf.zeros([3], tf.int32), room], axis=1))
+
+        return tf.map_fn(
+            one_image,
+            (probs, boxes, num_detections, image_sizes),
+            fn_output_signature=tf.TensorSpec([self._detections_per_image, None, None], tf.uint8),
+        )

@@ -1,0 +1,445 @@
+"""SavedModel export for TF Serving: layout, signatures, stock ops only, and detections equal to the
+Predictor's when the model is loaded in a fresh process that never imports tfdet.
+
+Three models are exported with `python -m savedmodel.export`'s code: Mask R-CNN R-50-FPN (from a
+.weights.h5) and Keypoint R-CNN R-50-FPN (from a Detectron .pkl) with Detectron's random
+initialisation, their classifiers adjusted so the comparison means something (see
+`separable_classifier`), on the demo photos; and the tiny shapes Mask + Keypoint R-CNN trained for
+a few tens of iterations (`savedmodel_fixtures.TinyTraining`, in a child process that runs while
+the R-50 models are exported and run), on shapes val images. One fresh interpreter loads all three
+and makes every request; the Predictor's answers are computed meanwhile.
+"""
+
+import json
+import os
+import pickle
+import re
+import subprocess
+import sys
+import warnings
+
+import cv2
+import keras
+import numpy as np
+import pytest
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow.python.framework import op_def_registry
+
+from conftest import shared_path
+from porting.detectron_writer import model_to_blobs, write_detectron_pkl
+from savedmodel import serving_config
+from savedmodel.export import ExportError, export_saved_model, replace_version
+from savedmodel.export import main as export_main
+from savedmodel.outputs import detections_per_image
+from savedmodel_fixtures import TINY_TEST, TinyTraining, assert_same_detections, shapes_val_images
+from tfdet.config import load_config
+from tfdet.inference import Predictor
+
+FAST = ["TEST.SCALE", "224", "TEST.MAX_SIZE", "384", "TEST.SCORE_THRESH", "0.15", "TEST.RPN_PRE_NMS_TOP_N", "300",
+        "TEST.RPN_POST_NMS_TOP_N", "200", "TEST.DETECTIONS_PER_IM", "10"]  # fmt: skip
+# name: (Detectron config, extra overrides, classifier kernel scale, weights file type)
+MODELS = {
+    "mask_rcnn": ("e2e_mask_rcnn_R-50-FPN_1x.yaml", ["MODEL.NUM_CLASSES", "5"], 0.3, ".weights.h5"),
+    "keypoint_rcnn": ("e2e_keypoint_rcnn_R-50-FPN_1x.yaml", [], 1.0, ".pkl"),
+}
+TINY = "shapes_tiny"
+BACKGROUND_BIAS = 2.0
+UNDECODABLE = b"this is not an image"
+# The child's requests, in order, by model: image keys (see the `images` fixture).
+DEMO_REQUESTS = {
+    "batch": ["photo0", "photo1", "photo2", "blank"],  # JPEGs of three sizes and a PNG with no detection
+    "bad": ["photo0", "undecodable"],
+    "after_bad": ["blank"],  # the same loaded model, after the failed request
+}
+TINY_REQUESTS = {"batch": ["shapes0", "shapes1", "shapes2", "shapes3"]}
+
+# Run by a fresh interpreter: only TensorFlow and numpy, never our packages.
+CHILD = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+
+out_dir, plan, images = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+encoded = {key: open(path, "rb").read() for key, path in images.items()}
+report = {}
+for name, (model_dir, requests) in plan.items():
+    serve = tf.saved_model.load(model_dir).signatures["serving_default"]
+    for request, keys in requests.items():
+        try:
+            result = serve(image_bytes=tf.constant([encoded[key] for key in keys]))
+        except tf.errors.InvalidArgumentError as error:
+            report[f"{name}/{request}"] = "InvalidArgumentError: " + error.message
+            continue
+        np.savez(f"{out_dir}/{name}_{request}.npz", **{k: v.numpy() for k, v in result.items()})
+        report[f"{name}/{request}"] = "ok"
+report["our_modules"] = sorted(m for m in sys.modules if m.split(".")[0] in ("tfdet", "porting", "savedmodel"))
+print(json.dumps(report))
+"""
+
+
+def separable_classifier(model, kernel_scale):
+    """Make random-weight detections comparable: spread scores, and an empty image scoring nothing.
+
+    Detectron's initialisation gives scores that are all ~1 or all ~1/C (near ties decide which
+    boxes survive NMS and the top-D cut); scaling `cls_score` spreads them. Every bias of that
+    initialisation is zero, so the network is positively homogeneous: an image of the pixel
+    means (input ~0) gives logits ~0, i.e. foreground scores = softmax(cls_score bias), which a
+    background bias of 2 puts below TEST.SCORE_THRESH 0.15 (0.12 for C = 2, 0.09 for C = 5), while
+    every demo photo keeps 3 to 10 detections above it.
+    """
+    layer = model.get_layer("cls_score")
+    assert all(not np.any(w.numpy()) for layer_ in model.layers for w in layer_.weights if w.path.endswith("bias"))
+    layer.kernel.assign(layer.kernel.numpy() * kernel_scale)
+    bias = np.zeros(layer.bias.shape, np.float32)
+    bias[0] = BACKGROUND_BIAS
+    layer.bias.assign(bias)
+
+
+def load_test_config(name):
+    yaml, extra, _, _ = MODELS[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the keypoint config's deprecated keys
+        return load_config(configs_dir() / yaml, FAST + extra)
+
+
+def configs_dir():
+    return shared_path("detectron", "configs", "12_2017_baselines")
+
+
+def demo_paths():
+    return sorted(shared_path("data", "detectron_demo").glob("*.jpg"))[:3]
+
+
+def quiet_export(args):
+    """`python -m savedmodel.export` with `args`, without the zoo configs' deprecation warnings."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return export_main(args)
+
+
+@pytest.fixture(scope="module")
+def training(tmp_path_factory):
+    """The tiny model's training, started first so that it runs while the R-50 models are exported."""
+    run = TinyTraining(tmp_path_factory)
+    yield run
+    run.stop()
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    """{key: path}: three demo photos (JPEG, different sizes), a PNG of the pixel means (no
+    detection), an undecodable file and four shapes val images."""
+    folder = tmp_path_factory.mktemp("images")
+    paths = {f"photo{i}": str(p) for i, p in enumerate(demo_paths())}
+    blank = np.broadcast_to(np.round([102.9801, 115.9465, 122.7717]).astype(np.uint8), (240, 320, 3))
+    cv2.imwrite(str(folder / "blank.png"), np.ascontiguousarray(blank))
+    (folder / "undecodable.jpg").write_bytes(UNDECODABLE)
+    paths.update(blank=str(folder / "blank.png"), undecodable=str(folder / "undecodable.jpg"))
+    return dict(paths, **shapes_val_images(folder / "shapes", 4))
+
+
+def predict_requests(predictor, requests, images):
+    """{request: Predictor results} of the requests that hold only decodable images."""
+    return {
+        request: predictor.predict([cv2.imread(images[key]) for key in keys])
+        for request, keys in requests.items()
+        if "undecodable" not in keys
+    }
+
+
+@pytest.fixture(scope="module")
+def demo_models(training, images, tmp_path_factory):
+    """{name: (Predictor, version directory, Predictor results per request)} of the R-50 models,
+    exported by the CLI from a weights file of the Predictor's weights."""
+    base = tmp_path_factory.mktemp("serving")
+    weights_dir = tmp_path_factory.mktemp("weights")
+    result = {}
+    for name, (yaml, extra, kernel_scale, weights_type) in MODELS.items():
+        keras.utils.set_random_seed(0)
+        predictor = Predictor(load_test_config(name))
+        separable_classifier(predictor.model, kernel_scale)
+        weights = weights_dir / f"{name}{weights_type}"
+        if weights_type == ".pkl":  # --weights also takes Detectron files
+            blobs = model_to_blobs(predictor.model, predictor.cfg.MRCNN.ROI_MASK_HEAD)
+            write_detectron_pkl(weights, blobs, predictor.cfg.dump())
+        else:
+            predictor.model.save_weights(weights)
+        out = base / name / "1"
+        args = ["--cfg", str(configs_dir() / yaml), "--weights", str(weights), "--out", str(out), *FAST, *extra]
+        assert quiet_export(args) == 0
+        result[name] = (predictor, out, predict_requests(predictor, DEMO_REQUESTS, images))
+    return result
+
+
+@pytest.fixture(scope="module")
+def tiny_model(training, demo_models):
+    """(Predictor, version directory) of the trained tiny model, exported by the CLI from the
+    trainer's config.yaml and model_final.weights.h5 over an existing version (--overwrite).
+    Requested after `demo_models`, so that the training had time to finish."""
+    config, weights = training.wait()
+    out = demo_models["mask_rcnn"][1].parent.parent / TINY / "1"
+    out.mkdir(parents=True)
+    (out / "stale.txt").write_text("an older export")
+    args = ["--cfg", str(config), "--weights", str(weights), "--out", str(out), *TINY_TEST]
+    assert quiet_export(args) == 1  # refused: the version exists
+    assert quiet_export([*args, "--overwrite"]) == 0
+    assert not (out / "stale.txt").exists()
+    return Predictor(training.test_config(), weights), out
+
+
+@pytest.fixture(scope="module")
+def processes(demo_models, tiny_model, images, tmp_path_factory):
+    """Fresh interpreters started as soon as the models exist, so they run while the Predictor does:
+    the child that imports only TensorFlow, `saved_model_cli show` and `saved_model_cli run`."""
+    work = tmp_path_factory.mktemp("processes")
+    plan = {name: (str(out), DEMO_REQUESTS) for name, (_, out, _) in demo_models.items()}
+    plan[TINY] = (str(tiny_model[1]), TINY_REQUESTS)
+    np.save(work / "images.npy", cv2.imread(images["shapes1"])[None, :, :, ::-1])  # image_tensor takes RGB
+    tiny_dir = str(tiny_model[1])
+    commands = {
+        "child": [sys.executable, "-c", CHILD, str(work), json.dumps(plan), json.dumps(images)],
+        "show": ["saved_model_cli", "show", "--dir", tiny_dir, "--tag_set", "serve", "--all"],
+        "run": ["saved_model_cli", "run", "--dir", tiny_dir, "--tag_set", "serve", "--signature_def", "image_tensor",
+                "--inputs", f"images={work / 'images.npy'}", "--outdir", str(work / "cli_run")],
+    }  # fmt: skip
+    # Files, not pipes: a process that fills a pipe nobody reads yet would stall. TensorFlow's default
+    # threads, as in this process: random-weight R-50 activations reach ~100, where another thread
+    # count's summation order moves logits by ~1e-3 and scores past 1e-4.
+    started = {
+        key: subprocess.Popen(cmd, stdout=(work / f"{key}.out").open("w"), stderr=(work / f"{key}.err").open("w"))
+        for key, cmd in commands.items()
+    }
+
+    def result(key):
+        """(exit status, stdout, stderr) of a process, once it has finished."""
+        returncode = started[key].wait(timeout=600)
+        return returncode, (work / f"{key}.out").read_text(), (work / f"{key}.err").read_text()
+
+    yield work, result
+    for process in started.values():
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def expected(processes, demo_models, tiny_model, images):
+    """Predictor results for every request the processes make (the tiny model's computed while they run)."""
+    result = {
+        f"{name}/{request}": want for name, (_, _, wants) in demo_models.items() for request, want in wants.items()
+    }
+    predictor = tiny_model[0]
+    for request, want in predict_requests(predictor, TINY_REQUESTS, images).items():
+        result[f"{TINY}/{request}"] = want
+    result[f"{TINY}/cli"] = predictor.predict(cv2.imread(images["shapes1"]))
+    return result
+
+
+@pytest.fixture(scope="module")
+def served(processes, expected):
+    """The child's report and the outputs it received, per request."""
+    work, result = processes
+    returncode, stdout, stderr = result("child")
+    assert returncode == 0, stderr[-3000:]
+    report = json.loads(stdout.strip().splitlines()[-1])
+    outputs = {key: dict(np.load(work / f"{key.replace('/', '_')}.npz")) for key, v in report.items() if v == "ok"}
+    return report, outputs
+
+
+def test_child_never_imported_our_packages(served):
+    report, _ = served
+    assert report["our_modules"] == []
+
+
+@pytest.mark.parametrize("name", [*MODELS, TINY])
+def test_serving_default_batch_matches_predictor(demo_models, tiny_model, images, expected, served, name):
+    requests = TINY_REQUESTS if name == TINY else DEMO_REQUESTS
+    predictor = tiny_model[0] if name == TINY else demo_models[name][0]
+    raw = served[1][f"{name}/batch"]
+    wants = expected[f"{name}/batch"]
+    for key, got, want in zip(requests["batch"], detections_per_image(raw), wants):
+        if key == "blank":
+            assert len(want["scores"]) == 0
+        else:
+            assert len(want["scores"]) >= 3, "the comparison needs detections to compare"
+        assert_same_detections(got, want)
+    check_padded_outputs(raw, predictor.cfg, [cv2.imread(images[key]).shape[:2] for key in requests["batch"]])
+
+
+def check_padded_outputs(raw, cfg, sizes):
+    """Tensors padded to DETECTIONS_PER_IM (zeros past num_detections); image masks to the largest image."""
+    batch, slots = len(sizes), cfg.TEST.DETECTIONS_PER_IM
+    np.testing.assert_array_equal(raw["image_sizes"], np.array(sizes, np.int32))
+    assert raw["num_detections"].dtype == np.int32 and raw["num_detections"].shape == (batch,)
+    assert raw["detection_boxes"].shape == (batch, slots, 4) and raw["detection_boxes"].dtype == np.float32
+    assert raw["detection_scores"].shape == (batch, slots) and raw["detection_scores"].dtype == np.float32
+    assert raw["detection_classes"].shape == (batch, slots) and raw["detection_classes"].dtype == np.int32
+    padding = np.arange(slots)[None, :] >= raw["num_detections"][:, None]
+    assert not raw["detection_scores"][padding].any() and not raw["detection_boxes"][padding].any()
+    assert not raw["detection_classes"][padding].any()
+    if cfg.MODEL.MASK_ON:
+        height, width = np.max(sizes, axis=0)
+        assert raw["detection_masks"].shape == (batch, slots, height, width)
+        assert raw["detection_masks"].dtype == np.uint8 and not raw["detection_masks"][padding].any()
+        for i, (h, w) in enumerate(sizes):
+            assert not raw["detection_masks"][i, :, h:].any() and not raw["detection_masks"][i, :, :, w:].any()
+    if cfg.MODEL.KEYPOINTS_ON:
+        assert raw["detection_keypoints"].shape == (batch, slots, cfg.KRCNN.NUM_KEYPOINTS, 3)
+        assert raw["detection_keypoint_probs"].shape == (batch, slots, cfg.KRCNN.NUM_KEYPOINTS)
+        assert not raw["detection_keypoints"][padding].any() and not raw["detection_keypoint_probs"][padding].any()
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_undecodable_image_fails_its_request_only(demo_models, served, name):
+    report, outputs = served
+    assert (
+        report[f"{name}/bad"].startswith("InvalidArgumentError")
+        and "Unknown image file format" in report[f"{name}/bad"]
+    )
+    after = outputs[f"{name}/after_bad"]  # the same loaded model answers the next request
+    assert report[f"{name}/after_bad"] == "ok" and after["num_detections"].tolist() == [0]
+    check_padded_outputs(after, demo_models[name][0].cfg, [(240, 320)])
+
+
+def test_layout_and_existing_version_refused(demo_models, tmp_path, capsys):
+    predictor, out, _ = demo_models["mask_rcnn"]
+    assert (out / "saved_model.pb").is_file() and (out / "variables" / "variables.index").is_file()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["1"]  # no staging folder left behind
+    (tmp_path / "probe").mkdir()  # a version is as readable as any new folder (a server may run as another user)
+    assert out.stat().st_mode & 0o777 == (tmp_path / "probe").stat().st_mode & 0o777
+    before = (out / "saved_model.pb").stat().st_mtime_ns
+    args = ["--cfg", str(configs_dir() / MODELS["mask_rcnn"][0]), "--weights", "unused.weights.h5", "--out", str(out)]
+    assert export_main(args) == 1
+    assert "already exists; pass --overwrite" in capsys.readouterr().err
+    assert (out / "saved_model.pb").stat().st_mtime_ns == before
+    with pytest.raises(ExportError, match="integer version"):
+        export_saved_model(predictor.cfg, "unused.weights.h5", out.parent / "latest")
+    with pytest.raises(ExportError, match="weights file not found"):
+        export_saved_model(predictor.cfg, out.parent / "missing.weights.h5", out.parent / "2")
+
+
+class _RunsACommand:
+    """Pickles as a call of os.system: what a malicious weight file holds."""
+
+    def __reduce__(self):
+        return (os.system, ("echo unsafe",))
+
+
+def test_unsafe_weight_file_is_refused_and_writes_nothing(tmp_path, capsys):
+    bad = tmp_path / "model_final.pkl"
+    bad.write_bytes(pickle.dumps({"blobs": {"conv1_w": _RunsACommand()}}, protocol=2))
+    out = tmp_path / "serving" / "mask_rcnn" / "1"
+    args = ["--cfg", str(configs_dir() / MODELS["mask_rcnn"][0]), "--weights", str(bad), "--out", str(out)]
+    assert quiet_export(args + FAST) == 1
+    assert "refused global" in capsys.readouterr().err
+    assert not (tmp_path / "serving").exists()
+
+
+def test_replace_version_swaps_whole_folders(tmp_path):
+    old, staging = tmp_path / "model" / "3", tmp_path / "model" / ".3-export-x"
+    old.mkdir(parents=True)
+    (old / "stale.txt").write_text("old")
+    staging.mkdir()
+    (staging / "saved_model.pb").write_text("new")
+    replace_version(staging, old)
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["3"]
+    assert sorted(p.name for p in old.iterdir()) == ["saved_model.pb"]
+
+
+def test_saved_model_cli_show_lists_signatures(processes, tiny_model):
+    returncode, stdout, stderr = processes[1]("show")
+    assert returncode == 0, stderr[-2000:]
+    signatures = parse_signature_listing(stdout)
+    assert signatures["serving_default"]["inputs"] == {"image_bytes": ("DT_STRING", "(-1)")}
+    assert signatures["image_tensor"]["inputs"] == {"images": ("DT_UINT8", "(-1, -1, -1, 3)")}
+    cfg = tiny_model[0].cfg
+    slots, keypoints = cfg.TEST.DETECTIONS_PER_IM, cfg.KRCNN.NUM_KEYPOINTS
+    for name in ("serving_default", "image_tensor"):
+        assert signatures[name]["outputs"] == {
+            "num_detections": ("DT_INT32", "(-1)"),
+            "detection_boxes": ("DT_FLOAT", f"(-1, {slots}, 4)"),
+            "detection_scores": ("DT_FLOAT", f"(-1, {slots})"),
+            "detection_classes": ("DT_INT32", f"(-1, {slots})"),
+            "detection_masks": ("DT_UINT8", f"(-1, {slots}, -1, -1)"),
+            "detection_keypoints": ("DT_FLOAT", f"(-1, {slots}, {keypoints}, 3)"),
+            "detection_keypoint_probs": ("DT_FLOAT", f"(-1, {slots}, {keypoints})"),
+            "image_sizes": ("DT_INT32", "(-1, 2)"),
+        }
+        assert signatures[name]["method"] == "tensorflow/serving/predict"
+
+
+def parse_signature_listing(text):
+    """{signature: {"inputs"/"outputs": {name: (dtype, shape)}, "method": ...}} from `show --all`."""
+    signatures = {}
+    for block in re.split(r"\nsignature_def\['", text)[1:]:
+        name = block.split("'", 1)[0]
+        entry = {"inputs": {}, "outputs": {}, "method": re.search(r"Method name is: (\S*)", block).group(1)}
+        for kind, tensor, dtype, shape in re.findall(
+            r"(inputs|outputs)\['(\w+)'\] tensor_info:\s+dtype: (\w+)\s+shape: (\([^)]*\)|unknown_rank)", block
+        ):
+            entry[kind][tensor] = (dtype, shape)
+        signatures[name] = entry
+    return signatures
+
+
+def test_saved_model_cli_run_with_npy_input(processes, expected):
+    """`image_tensor` (RGB) through the TF1-style loader TF Serving's C++ server shares: every
+    variable the graph reads is restored, and detections equal the Predictor's."""
+    work, result = processes
+    returncode, _, stderr = result("run")
+    assert returncode == 0, stderr[-2000:]
+    raw = {p.stem: np.load(p) for p in (work / "cli_run").glob("*.npy")}
+    assert set(raw) == {"num_detections", "detection_boxes", "detection_scores", "detection_classes",
+                        "detection_masks", "detection_keypoints", "detection_keypoint_probs", "image_sizes"}  # fmt: skip
+    want = expected[f"{TINY}/cli"]
+    assert raw["num_detections"].tolist() == [len(want["scores"])] and len(want["scores"]) > 0
+    assert_same_detections(detections_per_image(raw)[0], want)
+
+
+@pytest.mark.parametrize("name", [*MODELS, TINY])
+def test_graph_holds_only_stock_ops(demo_models, tiny_model, name):
+    out = tiny_model[1] if name == TINY else demo_models[name][1]
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((out / "saved_model.pb").read_bytes())
+    forbidden = {"PyFunc", "PyFuncStateless", "EagerPyFunc", "NumpyFunction"}
+    for meta_graph in saved.meta_graphs:
+        library = meta_graph.graph_def.library
+        functions = {f.signature.name for f in library.function}
+        nodes = list(meta_graph.graph_def.node) + [n for f in library.function for n in f.node_def]
+        ops = {node.op for node in nodes}
+        assert len(functions) > 10 and {"Conv2D", "DecodeJpeg", "DecodeImage", "While"} <= ops  # the walk saw it all
+        not_stock = sorted(op for op in ops - functions if op in forbidden or op_def_registry.get(op) is None)
+        assert not_stock == []
+
+
+def test_serving_config_lists_every_model_and_version(demo_models, tiny_model, tmp_path):
+    text_format = pytest.importorskip("google.protobuf.text_format")
+    config_pb2 = pytest.importorskip(
+        "tensorflow_serving.config.model_server_config_pb2", reason="needs tensorflow-serving-api (the test extra)"
+    )
+    base = demo_models["mask_rcnn"][1].parent.parent
+    extra = tmp_path / "base"
+    for name, version in [("mask_rcnn", 1), ("mask_rcnn", 7), ("keypoint_rcnn", 2)]:
+        (extra / name / str(version) / "variables").mkdir(parents=True)
+        (extra / name / str(version) / "saved_model.pb").write_bytes(b"")
+    (extra / "mask_rcnn" / ".8-export-tmp").mkdir()  # an unfinished export is not a version
+    (extra / "notes").mkdir()
+    assert serving_config.main(["--base", str(extra), "--model-root", "/models"]) == 0
+    config = text_format.Parse((extra / "models.config").read_text(), config_pb2.ModelServerConfig())
+    entries = {c.name: c for c in config.model_config_list.config}
+    assert sorted(entries) == ["keypoint_rcnn", "mask_rcnn"]
+    assert entries["mask_rcnn"].base_path == "/models/mask_rcnn"
+    assert list(entries["mask_rcnn"].model_version_policy.specific.versions) == [1, 7]
+    assert entries["keypoint_rcnn"].model_platform == "tensorflow"
+    out = tmp_path / "latest.config"
+    assert serving_config.main(["--base", str(base), "--out", str(out), "--latest"]) == 0
+    config = text_format.Parse(out.read_text(), config_pb2.ModelServerConfig())
+    assert {c.name: c.base_path for c in config.model_config_list.config} == {
+        name: str((base / name).resolve()) for name in [*MODELS, TINY]
+    }
+    assert not any(c.HasField("model_version_policy") for c in config.model_config_list.config)
+
+
+def test_serving_config_without_models_is_an_error(tmp_path, capsys):
+    assert serving_config.main(["--base", str(tmp_path)]) == 1
+    assert "no SavedModel under" in capsys.readouterr().err
