@@ -6,6 +6,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -43,26 +44,32 @@ class TinyTraining:
     """
 
     def __init__(self, tmp_path_factory):
-        self.directory = tmp_path_factory.getbasetemp() / "savedmodel_tiny_trained"
+        base = tmp_path_factory.getbasetemp()
+        if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest-xdist: the session's folder all workers share
+            base = base.parent
+        self.directory = base / "savedmodel_tiny_trained"
         self.weights = self.directory / "model_final.weights.h5"
         self.config = self.directory / "config.yaml"
+        self._done = self.directory / "trained"
         self._process = None
-        if not self.weights.is_file():
-            self.directory.mkdir(exist_ok=True)
-            self._log = self.directory / "training.log"
-            # One thread per TensorFlow pool: the training runs beside the tests' own work on few cores.
-            env = dict(
-                os.environ,
-                PYTHONPATH=os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")]),
-                TF_NUM_INTRAOP_THREADS="1",
-                TF_NUM_INTEROP_THREADS="1",
-            )
-            self._process = subprocess.Popen(
-                [sys.executable, "-c", TRAIN_CHILD, str(self.directory), *TRAIN_OVERRIDES],
-                stdout=self._log.open("w"),
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
+        try:
+            self.directory.mkdir()  # the process that creates the folder trains; the others wait for it
+        except FileExistsError:
+            return
+        self._log = self.directory / "training.log"
+        # One thread per TensorFlow pool: the training runs beside the tests' own work on few cores.
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")]),
+            TF_NUM_INTRAOP_THREADS="1",
+            TF_NUM_INTEROP_THREADS="1",
+        )
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", TRAIN_CHILD, str(self.directory), *TRAIN_OVERRIDES],
+            stdout=self._log.open("w"),
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
 
     def wait(self, timeout=600):
         """(config.yaml, model_final.weights.h5) of the trained model, once it is there."""
@@ -70,6 +77,11 @@ class TinyTraining:
             returncode = self._process.wait(timeout=timeout)
             assert returncode == 0, f"training the tiny model failed:\n{self._log.read_text()[-3000:]}"
             self._process = None
+            self._done.touch()
+        deadline = time.monotonic() + timeout
+        while not self._done.is_file():  # another test process is training it
+            assert time.monotonic() < deadline, f"the tiny model was not trained in {self.directory} in time"
+            time.sleep(1)
         return self.config, self.weights
 
     def stop(self):
