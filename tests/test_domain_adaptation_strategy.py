@@ -2,13 +2,11 @@
 CPUs, child processes) gives the same update on the same global batch, and the mirrored pipeline gives every
 replica a source and a target image."""
 
-import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import tensorflow as tf
+from child_processes import run_in_children
 from training_fixtures import REPO_ROOT, shapes_images, shapes_roidb
 
 from tfdet.config import load_config
@@ -88,24 +86,11 @@ def step_child_main(strategy_name, data_dir, out_path):
              replica_flags=np.stack(replica_flags), replicas=trainer.strategy.num_replicas_in_sync)
 
 
-def run_children(args_per_child, timeout=300):
-    """`step_child_main(*args)` in one child process per entry, concurrently."""
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES="")
-    children = []
-    for args in args_per_child:
-        code = (f"import sys; sys.path.insert(0, {str(REPO_ROOT / 'tests')!r}); "
-                f"import test_domain_adaptation_strategy as t; t.step_child_main(*{args!r})")
-        children.append(subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outputs = [child.communicate(timeout=timeout) for child in children]
-    for child, (_, stderr) in zip(children, outputs):
-        assert child.returncode == 0, stderr[-4000:]
-
-
 def test_one_da_step_mirrored_over_two_cpus_equals_one_device_on_the_global_batch(tmp_path):
     shapes_images(tmp_path / "data" / "source", num_images=8)
     shapes.generate(tmp_path / "data" / "target", 4, seed=11, image_size=96, split_name="train", style="foggy")
-    run_children([(name, str(tmp_path / "data"), str(tmp_path / f"{name}.npz")) for name in ("default", "mirrored")])
+    run_in_children("test_domain_adaptation_strategy", "step_child_main",
+                    [(name, str(tmp_path / "data"), str(tmp_path / f"{name}.npz")) for name in ("default", "mirrored")])
     single, mirrored = np.load(tmp_path / "default.npz"), np.load(tmp_path / "mirrored.npz")
     assert [int(single["replicas"]), int(mirrored["replicas"])] == [1, 2]
     np.testing.assert_array_equal(single["replica_flags"], [[True, True, False, False]])

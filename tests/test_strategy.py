@@ -3,15 +3,12 @@ update as `default` on the same global batch (child processes; this module's fun
 
 import json
 import os
-import pathlib
-import socket
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from child_processes import free_ports, run_in_children
 
 from tfdet.config import Config, get_default_config
 from tfdet.engine.checkpoint import TrainingCheckpointer
@@ -26,7 +23,6 @@ from tfdet.engine.strategy import (
     strategy_name,
 )
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 GLOBAL_BATCH = 4
 STEPS = 3
 # Mirrored and single-device sums differ only in float32 rounding order.
@@ -120,23 +116,9 @@ def multi_worker_child_main(out_dir):
              multi_worker=np.array(isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)))
 
 
-def run_children(function, args_per_child, envs, timeout=150):
-    """Run `function(*args)` of this module in one child process per entry; fail with their stderr."""
-    children = []
-    for args, env in zip(args_per_child, envs):
-        code = (f"import sys; sys.path.insert(0, {str(REPO_ROOT / 'tests')!r}); import test_strategy as t; "
-                f"t.{function}(*{args!r})")
-        full_env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES="", **env)
-        children.append(subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, env=full_env,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outputs = [child.communicate(timeout=timeout) for child in children]
-    for child, (_, stderr) in zip(children, outputs):
-        assert child.returncode == 0, stderr[-4000:]
-
-
 def test_mirrored_over_two_logical_cpus_applies_the_single_device_update(tmp_path):
     out = tmp_path / "mirrored.npz"
-    run_children("mirrored_child_main", [(str(out),)], [{}])
+    run_in_children("test_strategy", "mirrored_child_main", [(str(out),)], timeout=150)
     result = np.load(out)
     assert str(result["kind"][0]) == "MirroredStrategy"
     assert [d.split("/")[-1] for d in result["devices"]] == ["device:CPU:0", "device:CPU:1"]
@@ -148,22 +130,12 @@ def test_mirrored_over_two_logical_cpus_applies_the_single_device_update(tmp_pat
     np.testing.assert_allclose(result["losses"][1], result["losses"][0], **TOLERANCE)
 
 
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def test_multi_worker_two_processes_end_with_identical_weights(tmp_path):
     """2 worker processes on 127.0.0.1 (MultiWorkerMirroredStrategy), 3 steps: same weights, equal to one device."""
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     envs = [{"TF_CONFIG": json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}})}
             for i in range(2)]
-    run_children("multi_worker_child_main", [(str(tmp_path),)] * 2, envs)
+    run_in_children("test_strategy", "multi_worker_child_main", [(str(tmp_path),)] * 2, envs, timeout=150)
     results = [np.load(tmp_path / f"worker{i}.npz") for i in range(2)]
     assert [bool(r["multi_worker"]) for r in results] == [True, True]
     assert [bool(r["chief"]) for r in results] == [True, False]

@@ -5,12 +5,11 @@ CPUs, child processes) gives the same update on the same global batch; TRAIN.WEI
 import json
 import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from child_processes import free_ports, run_in_children
 from training_fixtures import first_batch, shapes_images, shapes_roidb, tiny_cfg
 
 from tfdet.data.roidb import load_coco_roidb
@@ -22,7 +21,6 @@ from tfdet.evaluation import evaluate_results, load_coco
 from tfdet.modeling import build_model
 from tfdet.modeling.detectron_names import model_blobs
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 MASK_HEAD = "mask_rcnn_heads.mask_rcnn_fcn_head_v1up4convs_gn"
 
 # The tiny config with Detectron's AffineChannel (frozen BN) body and plain-conv heads instead of GroupNorm:
@@ -112,25 +110,10 @@ def multi_worker_child_main(data_dir, out_dir):
              replicas=trainer.strategy.num_replicas_in_sync)
 
 
-def run_children(function, args_per_child, timeout=300, envs=None):
-    """Run `function(*args)` of this module in one child process per entry, concurrently (each with its
-    extra environment variables from `envs`)."""
-    children = []
-    for args, extra_env in zip(args_per_child, envs or [{}] * len(args_per_child)):
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES="", **extra_env)
-        code = (f"import sys; sys.path.insert(0, {str(REPO_ROOT / 'tests')!r}); import test_trainer as t; "
-                f"t.{function}(*{args!r})")
-        children.append(subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outputs = [child.communicate(timeout=timeout) for child in children]
-    for child, (_, stderr) in zip(children, outputs):
-        assert child.returncode == 0, stderr[-4000:]
-
-
 def test_one_step_mirrored_over_two_cpus_equals_one_device_on_the_global_batch(tmp_path):
     shapes_images(tmp_path / "shapes", num_images=8)
-    run_children("step_child_main", [(name, str(tmp_path / "shapes"), str(tmp_path / f"{name}.npz"))
-                                     for name in ("default", "mirrored")])
+    run_in_children("test_trainer", "step_child_main",
+                    [(name, str(tmp_path / "shapes"), str(tmp_path / f"{name}.npz")) for name in ("default", "mirrored")])
     single, mirrored = np.load(tmp_path / "default.npz"), np.load(tmp_path / "mirrored.npz")
     assert [int(single["replicas"]), int(mirrored["replicas"])] == [1, 2]
     assert int(single["iteration"]) == int(mirrored["iteration"]) == 1
@@ -154,13 +137,11 @@ def test_one_step_mirrored_over_two_cpus_equals_one_device_on_the_global_batch(t
 
 
 def test_multi_worker_two_processes_train_the_tiny_model_to_identical_weights(tmp_path):
-    from test_strategy import free_ports
-
     shapes_images(tmp_path / "shapes", num_images=8)
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     envs = [{"TF_CONFIG": json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}})}
             for i in range(2)]
-    run_children("multi_worker_child_main", [(str(tmp_path / "shapes"), str(tmp_path))] * 2, envs=envs)
+    run_in_children("test_trainer", "multi_worker_child_main", [(str(tmp_path / "shapes"), str(tmp_path))] * 2, envs)
     first, second = (np.load(tmp_path / f"worker{i}.npz") for i in range(2))
     assert [int(first["replicas"]), int(second["replicas"])] == [2, 2]
     assert [int(first["end_iter"]), int(second["end_iter"])] == [2, 2]

@@ -55,52 +55,46 @@ def read_metrics(train_dir):
 
 
 class Steps:
-    """Runs the steps in order, timing each; stops at the first one that returns a non-zero status."""
+    """Runs the steps in order and times each."""
 
     def __init__(self):
         self.seconds = {}
 
     def run(self, name, function, *args):
+        """`function(*args)`, timed under `name`; returns its value."""
         print(f"\n=== {name}", flush=True)
         tic = time.perf_counter()
-        status = function(*args)
+        value = function(*args)
         self.seconds[name] = time.perf_counter() - tic
-        if status:
-            print(f"error: step '{name}' failed (status {status})", file=sys.stderr)
-        return status
+        return value
 
 
 def main(argv=None):
     args = parse_args(argv)
     from savedmodel import export
     from tfdet import infer, train
+    from tfdet.engine.checkpoint import FINAL_WEIGHTS
+    from tfdet.engine.trainer import CONFIG_FILE
 
     out = pathlib.Path(args.out)
     train_dir, pictures_dir = out / "train", out / "pictures"
-    steps = Steps()
-    status = steps.run("generate shapes", lambda: (first_val_image(), 0)[1])
-    status = status or steps.run(
-        "train + evaluate", train.main, ["--cfg", args.cfg, *args.opts, "OUTPUT_DIR", str(train_dir)]
-    )
-    if status:
-        return status
-    weights, config = str(train_dir / "model_final.weights.h5"), str(train_dir / "config.yaml")
-    val_image, val_json = first_val_image()
-    for folder, picture_input in (("shapes_val", val_image), ("photo", pathlib.Path(args.photo))):
-        status = steps.run(
-            f"draw {picture_input.name}", infer.main,
-            ["--cfg", config, "--weights", weights, "--input", str(picture_input), "--output",
-             str(pictures_dir / folder), "--dataset-json", str(val_json), "--thresh", str(args.thresh), "--always-out"],
-        )
-        if status:
-            return status
     savedmodel_dir = out / "savedmodel" / SAVEDMODEL_NAME / "1"
-    status = steps.run(
-        "export SavedModel", export.main,
-        ["--cfg", config, "--weights", weights, "--out", str(savedmodel_dir), "--overwrite"],
-    )
-    if status:
-        return status
+    weights, config = str(train_dir / FINAL_WEIGHTS), str(train_dir / CONFIG_FILE)
+    steps = Steps()
+    val_image, val_json = steps.run("generate shapes", first_val_image)
+    commands = [("train + evaluate", train.main, ["--cfg", args.cfg, *args.opts, "OUTPUT_DIR", str(train_dir)])]
+    for folder, picture_input in (("shapes_val", val_image), ("photo", pathlib.Path(args.photo))):
+        commands.append((f"draw {picture_input.name}", infer.main, [
+            "--cfg", config, "--weights", weights, "--input", str(picture_input), "--output", str(pictures_dir / folder),
+            "--dataset-json", str(val_json), "--thresh", str(args.thresh), "--always-out",
+        ]))
+    commands.append(("export SavedModel", export.main,
+                     ["--cfg", config, "--weights", weights, "--out", str(savedmodel_dir), "--overwrite"]))
+    for name, command, command_args in commands:
+        status = steps.run(name, command, command_args)
+        if status:
+            print(f"error: step '{name}' failed (status {status})", file=sys.stderr)
+            return status
     print("\n=== summary")
     for iou_type, average_precision in read_metrics(train_dir).items():
         print(f"{VAL_DATASET} {iou_type:9s} AP {average_precision:.3f}")

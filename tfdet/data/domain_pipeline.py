@@ -23,7 +23,7 @@ import pathlib
 import numpy as np
 import tensorflow as tf
 
-from tfdet.data.pipeline import build_train_dataset
+from tfdet.data.pipeline import build_train_dataset, replica_dataset_fn
 from tfdet.data.roidb import ImageRecord, Roidb
 
 TARGET_SEED_OFFSET = 1
@@ -98,20 +98,7 @@ def build_domain_dataset(cfg, source_roidb, target_roidb, **kwargs):
 def distributed_domain_dataset_fn(cfg, source_roidb, target_roidb, *, start_step=0, **kwargs):
     """`fn(input_context)` for `strategy.distribute_datasets_from_function`: every replica gets its
     source half and target half (`build_domain_dataset`)."""
-
-    def dataset_fn(input_context):
-        return build_domain_dataset(
-            cfg,
-            source_roidb,
-            target_roidb,
-            start_step=start_step,
-            batches_per_step=input_context.num_replicas_in_sync,
-            num_shards=input_context.num_input_pipelines,
-            shard_index=input_context.input_pipeline_id,
-            **kwargs,
-        )
-
-    return dataset_fn
+    return replica_dataset_fn(build_domain_dataset, cfg, source_roidb, target_roidb, start_step=start_step, **kwargs)
 
 
 def _pad_axes(tensor, sizes):

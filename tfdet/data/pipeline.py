@@ -117,12 +117,16 @@ def build_train_dataset(
 def distributed_dataset_fn(cfg, roidb, *, start_step=0, **kwargs):
     """`fn(input_context)` for `strategy.distribute_datasets_from_function`: per-replica batches of
     TRAIN.IMS_PER_BATCH, each input pipeline taking its share of every iteration's batches."""
+    return replica_dataset_fn(build_train_dataset, cfg, roidb, start_step=start_step, **kwargs)
+
+
+def replica_dataset_fn(build_dataset, *args, **kwargs):
+    """`fn(input_context)` calling `build_dataset(*args, **kwargs)` with the input context's batches per
+    step (replicas in sync) and its shard (input pipeline id of the input pipelines)."""
 
     def dataset_fn(input_context):
-        return build_train_dataset(
-            cfg,
-            roidb,
-            start_step=start_step,
+        return build_dataset(
+            *args,
             batches_per_step=input_context.num_replicas_in_sync,
             num_shards=input_context.num_input_pipelines,
             shard_index=input_context.input_pipeline_id,

@@ -1,0 +1,36 @@
+"""Helpers of the tests that run functions of a test module in child processes (logical CPUs and
+multi-worker clusters need a fresh TensorFlow), and free local ports for multi-worker clusters."""
+
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+TESTS_DIR = REPO_ROOT / "tests"
+
+
+def run_in_children(module, function, args_per_child, envs=None, timeout=300):
+    """Run `module.function(*args)` of a test module in one child process per entry of `args_per_child`,
+    concurrently (each with its extra environment variables from `envs`); fail with a child's stderr."""
+    children = []
+    for args, extra_env in zip(args_per_child, envs or [{}] * len(args_per_child)):
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES="", **extra_env)
+        code = f"import sys; sys.path.insert(0, {str(TESTS_DIR)!r}); import {module} as t; t.{function}(*{args!r})"
+        children.append(subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [child.communicate(timeout=timeout) for child in children]
+    for child, (_, stderr) in zip(children, outputs):
+        assert child.returncode == 0, stderr[-4000:]
+
+
+def free_ports(count):
+    """`count` TCP ports free on 127.0.0.1 now."""
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
