@@ -9,10 +9,13 @@ float64 NCHW reference. Error measure: max |keras - reference| / max |reference|
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 from conftest import shared_path
 
 from tfdet.config import load_config
+from tfdet.layers import AffineChannel, CaffeConv2D
 from tfdet.modeling.backbones import add_fpn, add_residual_block
+from tfdet.modeling.backbones.conv_norm import conv_affine
 from tfdet.modeling.backbones.resnet import SHORTCUTS, STEMS, TRANSFORMATIONS, StageOutput
 from tfdet.modeling.detectron_names import detectron_inventory, model_blobs
 from tfdet.modeling.registry import BODIES
@@ -484,3 +487,29 @@ def test_invalid_freeze_at_is_refused():
 def test_unknown_variant_name_is_a_clear_error(registry):
     with pytest.raises(UnknownNameError, match="Known:"):
         registry.get("bottleneck_transformation_v2")
+
+
+def test_conv_affine_is_computed_by_the_convolution_with_its_own_weights(rng):
+    """ConvAffine's convolution applies the frozen affine (one Conv2D + BiasAdd); the result is
+    conv(x, w) * s + b in float64, the two layers keep their own Detectron-named weights, and the
+    convolution's weights still get their gradient."""
+    inputs = keras.Input((None, None, 3))
+    model = keras.Model(inputs, conv_affine(inputs, None, "res2_0_branch2b", 4, 3, padding=1))
+    conv, affine = model.get_layer("res2_0_branch2b"), model.get_layer("res2_0_branch2b_bn")
+    affine.set_weights([rng.uniform(0.5, 2.0, 4), rng.standard_normal(4)])
+    assert [v.path for v in conv.weights] == ["res2_0_branch2b/kernel"]
+    assert [v.path for v in affine.weights] == ["res2_0_branch2b_bn/scale", "res2_0_branch2b_bn/bias"]
+    image = rng.standard_normal((1, 6, 5, 3))
+    kernel, (scale, bias) = conv.kernel.numpy().astype(np.float64), (w.numpy() for w in affine.weights)
+    padded = np.pad(image, [(0, 0), (1, 1), (1, 1), (0, 0)])
+    direct = sum(padded[:, dy : dy + 6, dx : dx + 5] @ kernel[dy, dx] for dy in range(3) for dx in range(3))
+    np.testing.assert_allclose(model(image.astype(np.float32)).numpy(), direct * scale + bias, rtol=1e-5, atol=1e-5)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(image.astype(np.float32)) ** 2)
+    assert float(tf.reduce_max(tf.abs(tape.gradient(loss, conv.kernel)))) > 0
+    assert not affine.trainable_weights
+
+
+def test_only_a_convolution_without_bias_takes_an_affine():
+    with pytest.raises(ValueError, match="without bias"):
+        CaffeConv2D(4, 1, use_bias=True, name="fpn_inner").fold_affine(AffineChannel(name="fpn_inner_bn"))

@@ -104,7 +104,7 @@ def test_multilevel_xla_matches_eager(rng):
     features, boxes, box_indices = pyramid_case(rng, num_rois=16)
     args = ([tf.constant(f, tf.float32) for f in features], tf.constant(boxes, tf.float32),
             tf.constant(box_indices))
-    compiled = tf.function(lambda f, b, i: multilevel_roi_align(f, b, i, 2, 2, 2, 5), jit_compile=True)
+    compiled = tf.function(lambda f, b, i: multilevel_roi_align(f, b, i, 2, 2, 2, 5, xla=True), jit_compile=True)
     assert_close(compiled(*args).numpy(), multilevel_roi_align(*args, 2, 2, 2, 5).numpy(), 1e-5)
 
 

@@ -84,11 +84,12 @@ def random_case(rng, num_images=3, height=11, width=17, channels=5, num_rois=40,
     return features, boxes, rng.integers(0, num_images, size=num_rois).astype(np.int32)
 
 
-def run_float32(features, boxes, box_indices, output_size, spatial_scale, sampling_ratio, aligned=False):
-    """roi_align on float32 copies of numpy inputs, as a numpy array."""
+def run_float32(features, boxes, box_indices, output_size, spatial_scale, sampling_ratio, aligned=False,
+                xla=False):
+    """roi_align on float32 copies of numpy inputs, as a numpy array (`xla`: the XLA-compatible ops)."""
     return roi_align(tf.constant(features, tf.float32), tf.constant(boxes, tf.float32),
                      tf.constant(box_indices, tf.int32), output_size, spatial_scale, sampling_ratio,
-                     aligned).numpy()
+                     aligned, xla=xla).numpy()
 
 
 def assert_close(actual, expected, tol):
@@ -99,13 +100,14 @@ def assert_close(actual, expected, tol):
     assert error <= tol
 
 
+@pytest.mark.parametrize("xla", [False, True])
 @pytest.mark.parametrize("aligned", [False, True])
 @pytest.mark.parametrize("sampling_ratio", [0, 1, 2, 3])
-def test_matches_reference_on_random_boxes(rng, sampling_ratio, aligned):
+def test_matches_reference_on_random_boxes(rng, sampling_ratio, aligned, xla):
     features, boxes, box_indices = random_case(rng)
     output_size = (5, 4)
     expected = reference_roi_align(features, boxes, box_indices, output_size, 0.25, sampling_ratio, aligned)
-    actual = run_float32(features, boxes, box_indices, output_size, 0.25, sampling_ratio, aligned)
+    actual = run_float32(features, boxes, box_indices, output_size, 0.25, sampling_ratio, aligned, xla)
     assert_close(actual, expected, FLOAT32_TOL)
     if sampling_ratio == 0:
         assert {1, 2, 3, 4, 5} <= adaptive_grids(boxes, output_size, 0.25, aligned)
@@ -134,14 +136,15 @@ EDGE_BOXES = np.array([
 ])
 
 
+@pytest.mark.parametrize("xla", [False, True])
 @pytest.mark.parametrize("aligned", [False, True])
 @pytest.mark.parametrize("sampling_ratio", [0, 2])
-def test_boxes_outside_and_degenerate(rng, sampling_ratio, aligned):
+def test_boxes_outside_and_degenerate(rng, sampling_ratio, aligned, xla):
     features = rng.standard_normal((1, 17, 11, 4))  # H=17, W=11 at stride 4: 44 x 68 input pixels
     boxes = EDGE_BOXES if not aligned else EDGE_BOXES[:-1]  # detectron2 rejects negative sizes
     box_indices = np.zeros(len(boxes), np.int32)
     expected = reference_roi_align(features, boxes, box_indices, (4, 3), 0.25, sampling_ratio, aligned)
-    actual = run_float32(features, boxes, box_indices, (4, 3), 0.25, sampling_ratio, aligned)
+    actual = run_float32(features, boxes, box_indices, (4, 3), 0.25, sampling_ratio, aligned, xla)
     assert_close(actual, expected, FLOAT32_TOL)
     assert np.all(actual[:2] == 0.0)
 
@@ -199,9 +202,9 @@ def test_tf_function_with_unknown_shapes(rng, sampling_ratio):
 def test_xla_matches_eager(rng, sampling_ratio, aligned):
     features, boxes, box_indices = random_case(rng, num_rois=16)
     args = (tf.constant(features, tf.float32), tf.constant(boxes, tf.float32), tf.constant(box_indices))
-    compiled = tf.function(lambda f, b, i: roi_align(f, b, i, (4, 3), 0.25, sampling_ratio, aligned),
+    compiled = tf.function(lambda f, b, i: roi_align(f, b, i, (4, 3), 0.25, sampling_ratio, aligned, xla=True),
                            jit_compile=True)
-    eager = roi_align(*args, (4, 3), 0.25, sampling_ratio, aligned).numpy()
+    eager = roi_align(*args, (4, 3), 0.25, sampling_ratio, aligned).numpy()  # CropAndResize when it can
     assert_close(compiled(*args).numpy(), eager, 1e-5)
     assert compiled(args[0], args[1][:0], args[2][:0]).shape == (0, 4, 3, 5)
 
@@ -211,14 +214,15 @@ def test_xla_gradient_matches_eager(rng, sampling_ratio):
     features, boxes, box_indices = random_case(rng, num_rois=16)
     cotangent = tf.constant(rng.standard_normal((16, 4, 3, 5)), tf.float32)
 
-    def gradient(f, b, i):
+    def gradient(f, b, i, xla):
         with tf.GradientTape() as tape:
             tape.watch(f)
-            objective = tf.reduce_sum(roi_align(f, b, i, (4, 3), 0.25, sampling_ratio) * cotangent)
+            objective = tf.reduce_sum(roi_align(f, b, i, (4, 3), 0.25, sampling_ratio, xla=xla) * cotangent)
         return tape.gradient(objective, f)
 
     args = (tf.constant(features, tf.float32), tf.constant(boxes, tf.float32), tf.constant(box_indices))
-    assert_close(tf.function(gradient, jit_compile=True)(*args).numpy(), gradient(*args).numpy(), 1e-5)
+    compiled = tf.function(lambda f, b, i: gradient(f, b, i, xla=True), jit_compile=True)
+    assert_close(compiled(*args).numpy(), gradient(*args, xla=False).numpy(), 1e-5)
 
 
 @pytest.mark.parametrize("aligned", [False, True])

@@ -14,6 +14,7 @@ class CaffeConv2D(keras.layers.Layer):
     `groups` > 1 splits channels into groups (ResNeXt's grouped 3x3); `split_groups` (default:
     when no GPU is visible) runs one convolution per group. The kernel is HWIO with
     I = in_channels / groups; porting transposes Caffe2's OIHW blobs with (2, 3, 1, 0).
+    `fold_affine` makes it apply the AffineChannel that follows it (see there).
     """
 
     def __init__(
@@ -45,6 +46,7 @@ class CaffeConv2D(keras.layers.Layer):
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self._folded_affine = None
 
     def build(self, input_shape):
         in_channels = input_shape[-1]
@@ -63,8 +65,24 @@ class CaffeConv2D(keras.layers.Layer):
             else None
         )
 
+    def fold_affine(self, affine):
+        """Compute `affine(self(x))` here as conv(x, kernel * scale) + bias, `affine` passing through.
+
+        Exact for Detectron's frozen AffineChannel (up to float rounding), and one Conv2D + BiasAdd
+        (+ ReLU) is what TensorFlow fuses into a single kernel: the separate multiply and add were
+        two extra passes over every backbone activation. Gradients still reach every weight.
+        """
+        if self.use_bias:
+            raise ValueError(f"{self.name}: only a convolution without bias can take {affine.name}'s bias")
+        affine.folded = True
+        self._folded_affine = lambda: (affine.scale, affine.bias)  # a function: Keras does not track it
+
     def call(self, inputs):
-        kernel = tf.cast(self.kernel, inputs.dtype)
+        kernel = self.kernel
+        if self._folded_affine is not None:
+            scale, shift = self._folded_affine()
+            kernel = kernel * scale
+        kernel = tf.cast(kernel, inputs.dtype)
         if self.groups > 1 and self.split_groups:
             outputs = tf.concat(
                 [
@@ -79,6 +97,8 @@ class CaffeConv2D(keras.layers.Layer):
             outputs = self._convolve(inputs, kernel)
         if self.bias is not None:
             outputs = tf.nn.bias_add(outputs, tf.cast(self.bias, inputs.dtype))
+        if self._folded_affine is not None:
+            outputs = tf.nn.bias_add(outputs, tf.cast(shift, inputs.dtype))
         return outputs
 
     def _convolve(self, inputs, kernel):

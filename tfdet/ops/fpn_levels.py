@@ -26,7 +26,7 @@ def map_rois_to_fpn_levels(boxes, k_min, k_max, canonical_scale=224, canonical_l
 
 
 def multilevel_roi_align(features_by_level, boxes, box_indices, output_size, sampling_ratio, k_min, k_max,
-                         canonical_scale=224, canonical_level=4, aligned=False):
+                         canonical_scale=224, canonical_level=4, aligned=False, xla=False):
     """RoIAlign of every box from its FPN level, returned in the input order of `boxes`.
 
     `features_by_level` lists the N x H x W x C maps of levels k_min..k_max (stride 2**k); the other
@@ -44,7 +44,7 @@ def multilevel_roi_align(features_by_level, boxes, box_indices, output_size, sam
     level_images = tf.dynamic_partition(box_indices, partitions, num_levels)
     pooled = [
         roi_align(features, level_boxes[i], level_images[i], output_size, 0.5 ** (k_min + i),
-                  sampling_ratio, aligned)
+                  sampling_ratio, aligned, xla)
         for i, features in enumerate(features_by_level)
     ]
     return tf.dynamic_stitch(positions, pooled)

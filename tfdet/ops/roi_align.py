@@ -14,9 +14,13 @@ maskrcnn-benchmark's ``ROIAlign_cpu.cpp``) and, with ``aligned=True``, of detect
 Both formulations use that the bilinear weight of a sample, its validity and the average over the
 grid all factor into a row part and a column part:
 
-* fixed grid (``sampling_ratio > 0``): each bin reads ``2 * grid`` row taps and ``2 * grid`` column taps;
-  for every (row tap, column tap) pair one gather of a (R, out_h, out_w, C) block is weighted and summed,
-  so memory stays at O(R * out_h * out_w * C) instead of O(4 * grid**2) times that;
+* fixed grid (``sampling_ratio > 0``): the samples of a RoI are an evenly spaced (out * grid)^2 lattice,
+  which is exactly what TF's native ``CropAndResize`` kernel samples bilinearly; the feature map gets one
+  edge-replicated cell on each side so that its out-of-range rule (0 outside the map) becomes Caffe2's
+  (0 outside [-1, H], clamped to the border inside), then each bin's grid is average-pooled. Float64 inputs
+  (CropAndResize computes in float32) and ``xla=True`` (it has no XLA kernel) use the composite instead:
+  each bin reads ``2 * grid`` row taps and ``2 * grid`` column taps, and for every (row tap, column tap)
+  pair one gather of an (R, out_h, out_w, C) block is weighted and summed;
 * adaptive grid (``sampling_ratio == 0``): the number of samples depends on the data, which XLA cannot
   shape statically. Instead the exact per-axis weight matrices (R, out_h, H) and (R, out_w, W) are built
   (a pixel receives at most four samples of one bin, found arithmetically), and ``rows @ F @ cols^T`` is
@@ -36,18 +40,22 @@ _ADAPTIVE_SAMPLE_WINDOW = 6
 _DENSE_CHUNK_ELEMENTS = 1 << 24
 
 
-def roi_align(features, boxes, box_indices, output_size, spatial_scale, sampling_ratio, aligned=False):
+def roi_align(features, boxes, box_indices, output_size, spatial_scale, sampling_ratio, aligned=False,
+              xla=False):
     """Pool each box of `boxes` (R, 4: x1, y1, x2, y2 in input pixels) from image `box_indices` of
     `features` (N, H, W, C) into (R, out_h, out_w, C) with Detectron's RoIAlign.
 
     `output_size` is an int or (out_h, out_w); `spatial_scale` maps input pixels to feature cells
     (1/stride); `sampling_ratio` (a Python int) is the sampling grid per bin and axis, 0 for adaptive.
-    Differentiable w.r.t. `features`; boxes are treated as constants.
+    `xla=True` keeps to ops XLA compiles. Differentiable w.r.t. `features`; boxes are constants.
     """
     out_h, out_w = _pair(output_size)
     features = tf.convert_to_tensor(features)
     boxes = tf.stop_gradient(tf.convert_to_tensor(boxes))
     box_indices = tf.cast(box_indices, tf.int32)
+    if sampling_ratio > 0 and not xla and features.dtype != tf.float64:
+        return _roi_align_crop_and_resize(features, boxes, box_indices, (out_h, out_w), spatial_scale,
+                                          sampling_ratio, aligned)
     if sampling_ratio > 0:
         return _roi_align_fixed_grid(features, boxes, box_indices, (out_h, out_w), spatial_scale,
                                      sampling_ratio, aligned)
@@ -66,6 +74,33 @@ def _pixel_table(features):
     """Features (N, H, W, C) as a (N*H*W, C) table, keeping C static when it is known."""
     channels = features.shape[-1] if features.shape[-1] is not None else tf.shape(features)[-1]
     return tf.reshape(features, [-1, channels])
+
+
+def _roi_align_crop_and_resize(features, boxes, box_indices, output_size, spatial_scale, sampling_ratio,
+                               aligned):
+    """RoIAlign with a fixed grid by CropAndResize on the edge-padded map, then the mean of each bin."""
+    out_h, out_w = output_size
+    shape = tf.shape(features)
+    padded = tf.pad(features, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="SYMMETRIC")  # replicate the edges
+    y_first, y_last = _lattice_ends(boxes[:, 1], boxes[:, 3], spatial_scale, out_h, sampling_ratio,
+                                    shape[1], aligned)
+    x_first, x_last = _lattice_ends(boxes[:, 0], boxes[:, 2], spatial_scale, out_w, sampling_ratio,
+                                    shape[2], aligned)
+    samples = tf.image.crop_and_resize(
+        tf.cast(padded, tf.float32), tf.stack([y_first, x_first, y_last, x_last], axis=1), box_indices,
+        [out_h * sampling_ratio, out_w * sampling_ratio])
+    bins = tf.nn.avg_pool2d(samples, sampling_ratio, sampling_ratio, "VALID")  # the bin means
+    return tf.cast(bins, features.dtype)
+
+
+def _lattice_ends(low, high, spatial_scale, pooled, grid, length, aligned):
+    """First and last sample of a RoI along one axis as CropAndResize's normalised coordinates on the
+    map padded by one cell per side (sample y sits at y + 1, and the padded map spans length + 1)."""
+    start, bin_size, _ = _axis_geometry(low, high, spatial_scale, pooled, aligned)
+    first = _sample_position(start, bin_size, 0.0, 0.0, grid)
+    last = _sample_position(start, bin_size, pooled - 1.0, grid - 1.0, grid)
+    span = tf.cast(length, start.dtype) + 1.0
+    return (first + 1.0) / span, (last + 1.0) / span
 
 
 def _roi_align_fixed_grid(features, boxes, box_indices, output_size, spatial_scale, sampling_ratio,

@@ -35,8 +35,7 @@ def group_norm_groups(cfg, channels):
     return groups
 
 
-def conv(
-    x,
+def conv_layer(
     name,
     filters,
     kernel_size,
@@ -48,7 +47,7 @@ def conv(
     kernel_initializer=XAVIER_FILL,
     trainable=True,
 ):
-    """A Caffe2 convolution (symmetric padding, channel groups) named after its blob `name`."""
+    """A Caffe2 convolution layer (symmetric padding, channel groups) named after its blob `name`."""
     layer = CaffeConv2D(
         filters,
         kernel_size,
@@ -60,14 +59,25 @@ def conv(
         kernel_initializer=kernel_initializer,
         name=name,
     )
-    return frozen_unless(layer, trainable)(x)
+    return frozen_unless(layer, trainable)
+
+
+def conv(x, name, filters, kernel_size, **options):
+    """`conv_layer(name, filters, kernel_size, **options)` applied to `x`."""
+    return conv_layer(name, filters, kernel_size, **options)(x)
 
 
 def conv_affine(x, cfg, name, filters, kernel_size, trainable=True, norm_name=None, **conv_args):
-    """Conv without bias, then the frozen batch norm `norm_name` (default `<name>_bn`; ConvAffine)."""
+    """Conv without bias, then the frozen batch norm `norm_name` (default `<name>_bn`; ConvAffine).
+
+    Both layers keep their Detectron names and weights; the convolution applies the affine
+    (CaffeConv2D.fold_affine), which is one fused Conv2D + BiasAdd for TensorFlow."""
     del cfg  # same signature as conv_gn, so the two are interchangeable
-    x = conv(x, name, filters, kernel_size, use_bias=False, trainable=trainable, **conv_args)
-    return frozen_unless(AffineChannel(name=norm_name or f"{name}_bn"), trainable)(x)
+    convolution = conv_layer(name, filters, kernel_size, use_bias=False, trainable=trainable, **conv_args)
+    affine = frozen_unless(AffineChannel(name=norm_name or f"{name}_bn"), trainable)
+    affine.build((None, None, None, filters))
+    convolution.fold_affine(affine)
+    return affine(convolution(x))
 
 
 def conv_gn(x, cfg, name, filters, kernel_size, trainable=True, **conv_args):
