@@ -13,7 +13,7 @@ import tensorflow as tf
 from conftest import shared_path
 
 from tfdet.config import load_config
-from tfdet.layers import AffineChannel, CaffeConv2D
+from tfdet.layers import AffineChannel, CaffeConv2D, placeholder_initialization
 from tfdet.modeling.backbones import add_fpn, add_residual_block
 from tfdet.modeling.backbones.conv_norm import conv_affine
 from tfdet.modeling.backbones.resnet import SHORTCUTS, STEMS, TRANSFORMATIONS, StageOutput
@@ -378,7 +378,8 @@ def inventories(r50_fpn_model):
         if name not in result:
             cfg = zoo_config(config_name)
             images = keras.Input((None, None, 3))
-            model = keras.Model(images, BODIES.get(cfg.MODEL.CONV_BODY)(cfg, images).features)
+            with placeholder_initialization():  # names and shapes only
+                model = keras.Model(images, BODIES.get(cfg.MODEL.CONV_BODY)(cfg, images).features)
             result[name] = detectron_inventory(model)
     return result
 

@@ -1,5 +1,5 @@
 """One domain-adaptation training step of the tiny DA Faster R-CNN under `default` and `mirrored` (two logical
-CPUs, child processes) gives the same update on the same global batch, and the mirrored pipeline gives every
+CPUs, in a child process) gives the same update on the same global batch, and the mirrored pipeline gives every
 replica a source and a target image."""
 
 import pathlib
@@ -52,45 +52,45 @@ def weights_by_blob(model):
     return {name: variable.numpy() for name, variable, _, _ in model_blobs(model)}
 
 
-def step_child_main(strategy_name, data_dir, out_path):
-    """Child: one DA step on the 2 + 2 image global batch of `data_dir`; writes weights, outputs and the
-    domain flags each replica's batch from the real pipeline holds to `out_path` (.npz)."""
+def step_child_main(data_dir, out_dir):
+    """Child: one DA step on the 2 + 2 image global batch of `data_dir` under each strategy (`default`: one
+    device; `mirrored`: 2 logical CPUs), in one process (one TensorFlow start-up); writes weights, outputs and
+    the domain flags each replica's batch from the real pipeline holds to out_dir/<strategy>.npz."""
     from tfdet.engine.strategy import build_strategy, make_logical_cpus
     from tfdet.engine.trainer import Trainer
 
-    mirrored = strategy_name == "mirrored"
-    if mirrored:
-        make_logical_cpus(2)
-    split = ("TRAIN.IMS_PER_BATCH", "2", "NUM_GPUS", "2") if mirrored else ("TRAIN.IMS_PER_BATCH", "4")
-    cfg = da_cfg(*AFFINE_BODY, *ALL_PROPOSALS, *split)
+    make_logical_cpus(2)
     source, target = domain_roidbs(data_dir)
     batch = next(iter(build_domain_dataset(da_cfg("TRAIN.IMS_PER_BATCH", "4"), source, target, flip=False)))
     batch = {name: tf.gather(value, REPLICA_ORDER) for name, value in batch.items()}
-    dataset = tf.data.Dataset.from_tensors(batch)
-    if mirrored:
-        dataset = dataset.unbatch().batch(2)
+    for strategy_name in ("default", "mirrored"):
+        mirrored = strategy_name == "mirrored"
+        split = ("TRAIN.IMS_PER_BATCH", "2", "NUM_GPUS", "2") if mirrored else ("TRAIN.IMS_PER_BATCH", "4")
+        cfg = da_cfg(*AFFINE_BODY, *ALL_PROPOSALS, *split)
+        dataset = tf.data.Dataset.from_tensors(batch)
+        if mirrored:
+            dataset = dataset.unbatch().batch(2)
 
-    trainer = Trainer(cfg, pathlib.Path(out_path).parent / strategy_name, strategy=build_strategy(cfg),
-                      roidb=source, target_roidb=target, progress=False)
-    pipeline_batch = next(iter(trainer.distributed_dataset(0)))
-    replica_flags = [t.numpy() for t in trainer.strategy.experimental_local_results(pipeline_batch["is_source"])]
-    for name in ZEROED_LAYERS:
-        for variable in trainer.model.get_layer(name).weights:
-            variable.assign(tf.zeros_like(variable))
-    initial = weights_by_blob(trainer.model)
-    distributed = trainer.strategy.distribute_datasets_from_function(lambda context: dataset)
-    outputs = trainer.train_step(next(iter(distributed)))
-    np.savez(out_path, **{f"initial/{n}": v for n, v in initial.items()},
-             **{f"updated/{n}": v for n, v in weights_by_blob(trainer.model).items()},
-             **{f"output/{n}": v for n, v in outputs.items()},
-             replica_flags=np.stack(replica_flags), replicas=trainer.strategy.num_replicas_in_sync)
+        trainer = Trainer(cfg, pathlib.Path(out_dir) / strategy_name, strategy=build_strategy(cfg),
+                          roidb=source, target_roidb=target, progress=False)
+        pipeline_batch = next(iter(trainer.distributed_dataset(0)))
+        replica_flags = [t.numpy() for t in trainer.strategy.experimental_local_results(pipeline_batch["is_source"])]
+        for name in ZEROED_LAYERS:
+            for variable in trainer.model.get_layer(name).weights:
+                variable.assign(tf.zeros_like(variable))
+        initial = weights_by_blob(trainer.model)
+        distributed = trainer.strategy.distribute_datasets_from_function(lambda context: dataset)
+        outputs = trainer.train_step(next(iter(distributed)))
+        np.savez(pathlib.Path(out_dir) / f"{strategy_name}.npz", **{f"initial/{n}": v for n, v in initial.items()},
+                 **{f"updated/{n}": v for n, v in weights_by_blob(trainer.model).items()},
+                 **{f"output/{n}": v for n, v in outputs.items()},
+                 replica_flags=np.stack(replica_flags), replicas=trainer.strategy.num_replicas_in_sync)
 
 
 def test_one_da_step_mirrored_over_two_cpus_equals_one_device_on_the_global_batch(tmp_path):
     shapes_images(tmp_path / "data" / "source", num_images=8)
     shapes.generate(tmp_path / "data" / "target", 4, seed=11, image_size=96, split_name="train", style="foggy")
-    run_in_children("test_domain_adaptation_strategy", "step_child_main",
-                    [(name, str(tmp_path / "data"), str(tmp_path / f"{name}.npz")) for name in ("default", "mirrored")])
+    run_in_children("test_domain_adaptation_strategy", "step_child_main", [(str(tmp_path / "data"), str(tmp_path))])
     single, mirrored = np.load(tmp_path / "default.npz"), np.load(tmp_path / "mirrored.npz")
     assert [int(single["replicas"]), int(mirrored["replicas"])] == [1, 2]
     np.testing.assert_array_equal(single["replica_flags"], [[True, True, False, False]])

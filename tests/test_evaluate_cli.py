@@ -12,9 +12,10 @@ from pycocotools.coco import COCO
 from conftest import REPO_ROOT
 from tfdet.data import shapes
 from tfdet.evaluate import main
+from training_fixtures import ONE_SAMPLE_ROI_ALIGN
 
 CONFIG = REPO_ROOT / "configs" / "shapes_mask_keypoint_R-50-FPN.yaml"
-SMALL = ["TEST.SCALE", "96", "TEST.MAX_SIZE", "96", "TEST.DETECTIONS_PER_IM", "10"]
+SMALL = ["TEST.SCALE", "96", "TEST.MAX_SIZE", "96", "TEST.DETECTIONS_PER_IM", "10", *ONE_SAMPLE_ROI_ALIGN]
 
 
 @pytest.fixture(scope="module")

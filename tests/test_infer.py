@@ -24,9 +24,10 @@ from tfdet.image_io import UnreadableImage, list_inputs, pdf_page_with_image, re
 from tfdet.infer import UsageError, check_usage, main, parse_args, run
 from tfdet.inference import Predictor
 from tfdet.videopose3d import VideoPose3DArchive
+from training_fixtures import ONE_SAMPLE_ROI_ALIGN
 
 MODEL_OVERRIDES = ["TEST.SCORE_THRESH", "0.0", "TEST.DETECTIONS_PER_IM", "8", "TEST.RPN_PRE_NMS_TOP_N", "300",
-                   "TEST.RPN_POST_NMS_TOP_N", "100"]  # fmt: skip
+                   "TEST.RPN_POST_NMS_TOP_N", "100", *ONE_SAMPLE_ROI_ALIGN]  # fmt: skip
 KEYPOINT_CFG = ("detectron", "configs", "12_2017_baselines", "e2e_keypoint_rcnn_R-50-FPN_1x.yaml")
 MASK_CFG = ("detectron", "configs", "12_2017_baselines", "e2e_mask_rcnn_R-50-FPN_1x.yaml")
 

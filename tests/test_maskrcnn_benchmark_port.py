@@ -18,8 +18,10 @@ import pytest
 from conftest import REPO_ROOT, shared_path
 from porting.maskrcnn_benchmark_loader import benchmark_blobs, load_maskrcnn_benchmark_weights, split_checkpoint
 from porting.maskrcnn_benchmark_names import detectron_blob_names
+from porting.__main__ import main as porting_main
 from porting.pth_reader import read_pth
 from tfdet.config import load_config
+from tfdet.layers import placeholder_initialization
 from tfdet.layers.bilinear_upsample import bilinear_kernel
 from tfdet.modeling import build_model
 from tfdet.modeling.detectron_names import detectron_inventory, model_blobs
@@ -240,7 +242,9 @@ def test_c2_renaming_replayed_matches_the_reference_examples():
 def test_gn_model_names_come_back():
     """GN bodies, FPN and heads: GroupNorm modules (no running statistics) map to tfdet's `_gn` blobs."""
     cfg = load_config(shared_path("detectron", "configs", "04_2018_gn_baselines", "e2e_mask_rcnn_R-50-FPN_2x_gn.yaml"), SMALL)
-    inventory = detectron_inventory(build_model(cfg), cfg.MRCNN.ROI_MASK_HEAD)
+    with placeholder_initialization():  # names and shapes only
+        model = build_model(cfg)
+    inventory = detectron_inventory(model, cfg.MRCNN.ROI_MASK_HEAD)
     # maskrcnn-benchmark wraps GN convs of the FPN and heads in nn.Sequential(conv, GroupNorm)
     # (make_layers.py) and stacks (conv, GroupNorm, ReLU) in the Xconv1fc box head (xconvs).
     sequential = {"w": "0.weight", "gn_s": "1.weight", "gn_b": "1.bias"}
@@ -358,7 +362,7 @@ def test_fixed_upsampling_matches_maskrcnn_benchmarks_interpolate_inside_the_hea
     assert not np.allclose(upsampled[0], reference[0])  # the border: zero padding vs edge clamping
 
 
-def test_cli_ports_a_pth_and_reports_its_iteration(fpn, tmp_path):
+def test_cli_ports_a_pth_and_reports_its_iteration(fpn, tmp_path, capsys):
     import subprocess
 
     cfg, _, blobs = fpn
@@ -368,9 +372,14 @@ def test_cli_ports_a_pth_and_reports_its_iteration(fpn, tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT)
     assert done.returncode == 0, done.stderr
     assert "iteration 90000" in done.stdout and "loaded 201 blobs" in done.stdout
-    reloaded = build_model(load_config(tmp_path / "out" / "config.yaml"))
+    with placeholder_initialization():  # every weight comes from the file
+        reloaded = build_model(load_config(tmp_path / "out" / "config.yaml"))
     reloaded.load_weights(tmp_path / "out" / "model.weights.h5")
     assert_model_holds(reloaded, cfg.MRCNN.ROI_MASK_HEAD, blobs)
+    # An unreadable file, through the same `main` in this process (`python -m porting` exits with its
+    # status; an exception would fail this test instead of printing a traceback).
     (tmp_path / "broken.pth").write_bytes(b"PK\x03\x04 not really a zip")
-    done = subprocess.run(command[:7] + [str(tmp_path / "broken.pth")] + command[8:], capture_output=True, text=True, cwd=REPO_ROOT)
-    assert done.returncode == 2 and "broken.pth" in done.stderr and "Traceback" not in done.stderr
+    capsys.readouterr()
+    assert porting_main(command[3:7] + [str(tmp_path / "broken.pth")] + command[8:]) == 2
+    err = capsys.readouterr().err
+    assert "broken.pth" in err and "Traceback" not in err

@@ -11,8 +11,10 @@ import pytest
 
 from conftest import REPO_ROOT, shared_path
 from porting import load_detectron_weights
+from porting.__main__ import main as porting_main
 from tfdet.config import load_config
 from tfdet.inference import Predictor
+from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
 from tfdet.modeling.detectron_names import model_blobs
 
@@ -57,10 +59,16 @@ def same_weights(a, b):
     return all(np.array_equal(x.numpy(), y.numpy()) for x, y in zip(a.weights, b.weights))
 
 
+def target_model(cfg):
+    """A model for the file's weights to fill: zero kernels (no random draws for 44 M parameters)."""
+    with placeholder_initialization():
+        return build_model(cfg)
+
+
 def test_round_trip_loads_every_variable_and_reports_junk(cfg, source, tmp_path):
     model, blobs = source
     path = write_pkl(tmp_path / "model_final.pkl", blobs, {"lr": np.float32(0.02)})
-    target = build_model(cfg)
+    target = target_model(cfg)
     report = load_detectron_weights(target, cfg, path)
     assert report.ok and len(report.loaded) == len(blobs) and report.unused == []
     assert same_weights(model, target)
@@ -83,7 +91,7 @@ def test_shape_mismatch_names_blob_and_both_shapes(cfg, source, tmp_path):
     _, blobs = source
     wrong = dict(blobs, cls_score_w=np.zeros((81, 1024), np.float32))
     with pytest.raises(ValueError, match=r"SHAPE MISMATCH cls_score_w: model expects \(4, 1024\), file has \(81, 1024\)"):
-        load_detectron_weights(build_model(cfg), cfg, write_pkl(tmp_path / "m.pkl", wrong))
+        load_detectron_weights(target_model(cfg), cfg, write_pkl(tmp_path / "m.pkl", wrong))
 
 
 def test_imagenet_backbone_with_allow_missing(cfg, source, tmp_path):
@@ -91,25 +99,30 @@ def test_imagenet_backbone_with_allow_missing(cfg, source, tmp_path):
     backbone = {k: v for k, v in blobs.items() if k.startswith(("conv1", "res"))}
     path = tmp_path / "R-50.pkl"
     path.write_bytes(pickle.dumps({**backbone, "fc1000_w": np.zeros((1000, 2048), np.float32)}, protocol=2))
-    target = build_model(cfg)
+    target = target_model(cfg)
     report = load_detectron_weights(target, cfg, path, allow_missing=True)
     assert len(report.loaded) == len(backbone) == 159
     assert {name for name, _ in report.missing} >= {"fpn_inner_res5_2_sum_w", "fc6_w", "conv5_mask_w"}
     np.testing.assert_array_equal(target.get_layer("conv1").kernel.numpy(), blobs["conv1_w"].transpose(2, 3, 1, 0))
     with pytest.raises(ValueError, match="MISSING"):
-        load_detectron_weights(build_model(cfg), cfg, path)
+        load_detectron_weights(target_model(cfg), cfg, path)
 
 
 def test_file_without_bbox_reg_weights_uses_unit_weights(cfg, source, tmp_path):
     _, blobs = source
     path = write_pkl(tmp_path / "old.pkl", blobs, weights_line="NUM_GPUS_UNUSED: 1")
-    target = build_model(cfg)
+    target = target_model(cfg)
     with pytest.warns(UserWarning, match="BBOX_REG_WEIGHTS"):
         report = load_detectron_weights(target, cfg, path)
     assert report.bbox_reg_weights == (1.0, 1.0, 1.0, 1.0)
     assert target.get_layer("detections").bbox_reg_weights == (1.0, 1.0, 1.0, 1.0)
 
 
+# Two R-50 Predictors traced (~1 min on 2 cores). By default, a .pkl through `tfdet.inference.load_weights`
+# (what Predictor(cfg, "x.pkl") runs) giving the source model's detections is checked by
+# test_savedmodel.py::test_serving_default_batch_matches_predictor[mask_rcnn] (exported from a .pkl), and
+# Predictor on a .pkl by test_infer.py::test_mask_rcnn_subprocess_with_detectron_command_line.
+@pytest.mark.slow
 def test_predictor_on_pkl_gives_the_source_models_detections(cfg, source, tmp_path):
     model, blobs = source
     path = write_pkl(tmp_path / "model_final.pkl", blobs)
@@ -122,7 +135,7 @@ def test_predictor_on_pkl_gives_the_source_models_detections(cfg, source, tmp_pa
         np.testing.assert_array_equal(ported[key], original[key])
 
 
-def test_cli_writes_weights_and_config(cfg, source, tmp_path):
+def test_cli_writes_weights_and_config(cfg, source, tmp_path, capsys):
     _, blobs = source
     path = write_pkl(tmp_path / "model_final.pkl", blobs)
     out = tmp_path / "ported"
@@ -133,16 +146,18 @@ def test_cli_writes_weights_and_config(cfg, source, tmp_path):
     assert "loaded 201 blobs" in done.stdout and "ignored" in done.stdout
     ported_cfg = load_config(out / "config.yaml")
     assert ported_cfg.MODEL.NUM_CLASSES == 4
-    reloaded = build_model(ported_cfg)
+    reloaded = target_model(ported_cfg)
     reloaded.load_weights(out / "model.weights.h5")
     assert same_weights(source[0], reloaded)
+    # The failures, through the same `main` in this process (`python -m porting` exits with its status).
     broken = write_pkl(tmp_path / "broken.pkl", {k: v for k, v in blobs.items() if k != "conv5_mask_w"})
-    done = subprocess.run(command[:7] + [str(broken)] + command[8:], capture_output=True, text=True, cwd=REPO_ROOT)
-    assert done.returncode == 1 and "MISSING conv5_mask_w" in done.stderr
+    capsys.readouterr()
+    assert porting_main(command[3:7] + [str(broken)] + command[8:]) == 1
+    assert "MISSING conv5_mask_w" in capsys.readouterr().err
     evil = tmp_path / "evil.pkl"
     evil.write_bytes(b"\x80\x02cos\nsystem\nq\x00X\x05\x00\x00\x00touchq\x01\x85q\x02Rq\x03.")
-    done = subprocess.run(command[:7] + [str(evil)] + command[8:], capture_output=True, text=True, cwd=REPO_ROOT)
-    assert done.returncode == 2 and "os.system" in done.stderr
+    assert porting_main(command[3:7] + [str(evil)] + command[8:]) == 2
+    assert "os.system" in capsys.readouterr().err
 
 
 def test_export_detectron_round_trip_with_numpy1_names(cfg, source, tmp_path):

@@ -14,14 +14,12 @@ The X-101-64x4d model is the full Faster R-CNN (100 M parameters); each model is
 
 import dataclasses
 import pickle
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT, shared_path
+from conftest import shared_path
 from detectron_fixtures import (
     RES5_DIM,
     Py2Writer,
@@ -33,6 +31,7 @@ from detectron_fixtures import (
     resnext_imagenet_junk,
 )
 from porting import load_detectron_weights, parse_embedded_cfg, read_weight_file
+from porting.__main__ import main as porting_main
 from porting.detectron_writer import model_to_blobs
 from test_backbones import expected_fpn_blobs, expected_resnet_blobs
 from tfdet.config import load_config
@@ -375,10 +374,10 @@ def test_export_detectron_cli_writes_back_the_ported_file_blobs(zoo, rng, tmp_pa
 
     exported = tmp_path / "exported.pkl"
     config = shared_path("detectron", "configs", *case.config.split("/"))
-    export = [sys.executable, "-m", "porting", "export-detectron", "--cfg", str(config), "--weights", str(weights),
-              "--out", str(exported)]  # fmt: skip
-    done = subprocess.run(export, capture_output=True, text=True, cwd=REPO_ROOT)
-    assert done.returncode == 0, done.stderr
+    # `python -m porting export-detectron`'s main, in this process (test_porting.py and test_porting_cli.py
+    # run the command in a fresh interpreter).
+    export = ["export-detectron", "--cfg", str(config), "--weights", str(weights), "--out", str(exported)]
+    assert porting_main(export) == 0
     back = read_weight_file(exported)
     assert set(shapes) <= set(back.blobs) and set(back.blobs) - set(shapes) <= set(junk)  # junk may be preserved
     for name, value in blobs.items():

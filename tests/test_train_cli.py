@@ -12,17 +12,17 @@ import time
 import h5py
 import numpy as np
 import tensorflow as tf
-from training_fixtures import TINY_CONFIG, tiny_cfg
+from training_fixtures import ONE_SAMPLE_ROI_ALIGN, TINY_CONFIG, tiny_cfg
 
 from tfdet.engine.lr_schedule import lr_at_iter
 from tfdet.train import main
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 # 6 iterations: warm-up over the first 2, an LR step (and momentum correction) at 4, checkpoints at 2, 4, 6.
-# Faster R-CNN only, to keep the three processes of this test short.
+# Faster R-CNN only, with one RoIAlign sample per bin, to keep the three processes of this test short.
 OVERRIDES = [
     "SOLVER.MAX_ITER", "6", "TRAIN.SNAPSHOT_ITERS", "2", "SOLVER.WARM_UP_ITERS", "2", "SOLVER.STEPS", "[0, 4]",
-    "MODEL.MASK_ON", "False", "MODEL.KEYPOINTS_ON", "False",
+    "MODEL.MASK_ON", "False", "MODEL.KEYPOINTS_ON", "False", *ONE_SAMPLE_ROI_ALIGN,
 ]
 # Deterministic kernels: a resumed run repeats the uninterrupted one bit for bit.
 ENV = dict(os.environ, TF_DETERMINISTIC_OPS="1", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(REPO_ROOT))

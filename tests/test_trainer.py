@@ -1,5 +1,5 @@
 """The training loop: one step of the tiny Mask + Keypoint R-CNN under `default` and `mirrored` (two logical
-CPUs, child processes) gives the same update on the same global batch; TRAIN.WEIGHTS initialisation;
+CPUs, in a child process) gives the same update on the same global batch; TRAIN.WEIGHTS initialisation;
 (slow) the tiny model overfits 8 shapes images."""
 
 import json
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from child_processes import free_ports, run_in_children
-from training_fixtures import first_batch, shapes_images, shapes_roidb, tiny_cfg
+from training_fixtures import ONE_SAMPLE_ROI_ALIGN, first_batch, shapes_images, shapes_roidb, tiny_cfg
 
 from tfdet.data.roidb import load_coco_roidb
 from tfdet.engine.checkpoint import TrainingCheckpointer
@@ -57,41 +57,43 @@ def weights_by_blob(model, mask_head=MASK_HEAD):
     return {name: variable.numpy() for name, variable, _, _ in model_blobs(model, mask_head)}
 
 
-def step_child_main(strategy_name, data_dir, out_path):
-    """Child: one step of the tiny model on the 2-image global batch of `data_dir`, from the weights RNG_SEED draws.
+def step_child_main(data_dir, out_dir):
+    """Child: one step of the tiny model on the 2-image global batch of `data_dir` under each strategy, each
+    from the weights RNG_SEED draws, in one process with 2 logical CPUs (one TensorFlow start-up).
 
-    `default`: one device, TRAIN.IMS_PER_BATCH 2; `mirrored`: 2 logical CPUs, 1 image per replica, image k
-    on replica k. Writes the initial and updated weights and the step's outputs to `out_path` (.npz).
+    `default`: one device, TRAIN.IMS_PER_BATCH 2; `mirrored`: the 2 logical CPUs, 1 image per replica, image k
+    on replica k. Writes the initial and updated weights and the step's outputs to out_dir/<strategy>.npz.
     """
     from tfdet.engine.strategy import build_strategy, make_logical_cpus
 
-    mirrored = strategy_name == "mirrored"
-    if mirrored:
-        make_logical_cpus(2)
-    split = ("TRAIN.IMS_PER_BATCH", "1", "NUM_GPUS", "2") if mirrored else ("TRAIN.IMS_PER_BATCH", "2")
-    cfg = tiny_cfg(*AFFINE_BODY, *EQUIVALENT_NORMALISERS, *split)
+    make_logical_cpus(2)
     batch = first_batch(tiny_cfg(), shapes_roidb(data_dir, min_objects=2, generate=False))
-    dataset = tf.data.Dataset.from_tensors(batch)
-    if mirrored:
-        dataset = dataset.unbatch().batch(1)  # image 0 -> replica 0, image 1 -> replica 1
+    for strategy_name in ("default", "mirrored"):
+        mirrored = strategy_name == "mirrored"
+        split = ("TRAIN.IMS_PER_BATCH", "1", "NUM_GPUS", "2") if mirrored else ("TRAIN.IMS_PER_BATCH", "2")
+        cfg = tiny_cfg(*AFFINE_BODY, *EQUIVALENT_NORMALISERS, *split)
+        dataset = tf.data.Dataset.from_tensors(batch)
+        if mirrored:
+            dataset = dataset.unbatch().batch(1)  # image 0 -> replica 0, image 1 -> replica 1
 
-    trainer = Trainer(cfg, pathlib.Path(out_path).parent / strategy_name, strategy=build_strategy(cfg), progress=False)
-    for name in ZEROED_LAYERS:
-        for variable in trainer.model.get_layer(name).weights:
-            variable.assign(tf.zeros_like(variable))
-    initial = weights_by_blob(trainer.model, cfg.MRCNN.ROI_MASK_HEAD)
-    distributed = trainer.strategy.distribute_datasets_from_function(lambda context: dataset)
-    outputs = trainer.train_step(next(iter(distributed)))
-    np.savez(out_path, **{f"initial/{n}": v for n, v in initial.items()},
-             **{f"updated/{n}": v for n, v in weights_by_blob(trainer.model, cfg.MRCNN.ROI_MASK_HEAD).items()},
-             **{f"output/{n}": v for n, v in outputs.items()},
-             replicas=trainer.strategy.num_replicas_in_sync, iteration=trainer.iteration)
+        trainer = Trainer(cfg, pathlib.Path(out_dir) / strategy_name, strategy=build_strategy(cfg), progress=False)
+        for name in ZEROED_LAYERS:
+            for variable in trainer.model.get_layer(name).weights:
+                variable.assign(tf.zeros_like(variable))
+        initial = weights_by_blob(trainer.model, cfg.MRCNN.ROI_MASK_HEAD)
+        distributed = trainer.strategy.distribute_datasets_from_function(lambda context: dataset)
+        outputs = trainer.train_step(next(iter(distributed)))
+        np.savez(pathlib.Path(out_dir) / f"{strategy_name}.npz", **{f"initial/{n}": v for n, v in initial.items()},
+                 **{f"updated/{n}": v for n, v in weights_by_blob(trainer.model, cfg.MRCNN.ROI_MASK_HEAD).items()},
+                 **{f"output/{n}": v for n, v in outputs.items()},
+                 replicas=trainer.strategy.num_replicas_in_sync, iteration=trainer.iteration)
 
 
-# The tiny config without its mask and keypoint heads (a Faster R-CNN: each worker traces a smaller step),
-# 2 workers x 1 image, 2 iterations.
-MULTI_WORKER = ("MODEL.MASK_ON", "False", "MODEL.KEYPOINTS_ON", "False", "TFDET.STRATEGY", "multi_worker",
-                "NUM_GPUS", "2", "TRAIN.IMS_PER_BATCH", "1", "SOLVER.MAX_ITER", "2", "TRAIN.SNAPSHOT_ITERS", "100000")
+# The tiny config without its mask and keypoint heads and with one RoIAlign sample per bin (a Faster R-CNN:
+# each worker traces a smaller step), 2 workers x 1 image, 2 iterations.
+MULTI_WORKER_MODEL = ("MODEL.MASK_ON", "False", "MODEL.KEYPOINTS_ON", "False", *ONE_SAMPLE_ROI_ALIGN)
+MULTI_WORKER = (*MULTI_WORKER_MODEL, "TFDET.STRATEGY", "multi_worker", "NUM_GPUS", "2", "TRAIN.IMS_PER_BATCH", "1",
+                "SOLVER.MAX_ITER", "2", "TRAIN.SNAPSHOT_ITERS", "100000")
 
 
 def multi_worker_child_main(data_dir, out_dir):
@@ -112,8 +114,7 @@ def multi_worker_child_main(data_dir, out_dir):
 
 def test_one_step_mirrored_over_two_cpus_equals_one_device_on_the_global_batch(tmp_path):
     shapes_images(tmp_path / "shapes", num_images=8)
-    run_in_children("test_trainer", "step_child_main",
-                    [(name, str(tmp_path / "shapes"), str(tmp_path / f"{name}.npz")) for name in ("default", "mirrored")])
+    run_in_children("test_trainer", "step_child_main", [(str(tmp_path / "shapes"), str(tmp_path))])
     single, mirrored = np.load(tmp_path / "default.npz"), np.load(tmp_path / "mirrored.npz")
     assert [int(single["replicas"]), int(mirrored["replicas"])] == [1, 2]
     assert int(single["iteration"]) == int(mirrored["iteration"]) == 1
@@ -150,7 +151,7 @@ def test_multi_worker_two_processes_train_the_tiny_model_to_identical_weights(tm
     assert len(blobs) > 100
     for name in blobs:
         np.testing.assert_array_equal(first[name], second[name], err_msg=name)
-    initial = Trainer(tiny_cfg(*MULTI_WORKER[:4]), tmp_path / "initial", roidb=[], progress=False).model
+    initial = Trainer(tiny_cfg(*MULTI_WORKER_MODEL), tmp_path / "initial", roidb=[], progress=False).model
     moved = [name for name, value in weights_by_blob(initial).items() if not np.array_equal(value, first[name])]
     assert len(moved) > len(blobs) // 2  # the workers really trained (from the same RNG_SEED start)
     assert (tmp_path / "run0" / "model_final.weights.h5").is_file()
