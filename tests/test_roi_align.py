@@ -17,10 +17,31 @@ GRADIENT_TOL = 1e-8  # abs, theoretical vs numeric Jacobian entries (the op is l
 def reference_roi_align(features, boxes, box_indices, output_size, spatial_scale, sampling_ratio,
                         aligned=False):
     """Caffe2 RoIAlignForward (aligned=False) / detectron2 ROIAlignV2 (aligned=True), one sample at a time."""
+    pooled = np.zeros((len(boxes), *output_size, features.shape[-1]))
+    for r, ph, pw, y, x, count in reference_samples(boxes, output_size, spatial_scale, sampling_ratio, aligned):
+        image = features[box_indices[r]]
+        height, width = image.shape[:2]
+        pooled[r, ph, pw] += sum(w * image[yy, xx] for yy, xx, w in bilinear_taps(height, width, y, x)) / count
+    return pooled
+
+
+def reference_roi_align_gradient(features_shape, boxes, box_indices, cotangent, output_size, spatial_scale,
+                                 sampling_ratio, aligned=False):
+    """Caffe2 RoIAlignGradient: each bin's cotangent / count goes to its samples' bilinear taps."""
+    gradient = np.zeros(features_shape)
+    height, width = features_shape[1:3]
+    for r, ph, pw, y, x, count in reference_samples(boxes, output_size, spatial_scale, sampling_ratio, aligned):
+        for yy, xx, w in bilinear_taps(height, width, y, x):
+            gradient[box_indices[r], yy, xx] += w * cotangent[r, ph, pw] / count
+    return gradient
+
+
+def reference_samples(boxes, output_size, spatial_scale, sampling_ratio, aligned):
+    """(RoI, bin row, bin column, sample y, sample x, samples in the bin) of every sample, as the kernels
+    place them."""
     out_h, out_w = output_size
-    pooled = np.zeros((len(boxes), out_h, out_w, features.shape[-1]))
     offset = 0.5 if aligned else 0.0
-    for r, (box, image) in enumerate(zip(boxes, box_indices)):
+    for r, box in enumerate(boxes):
         x1, y1, x2, y2 = (float(v) * spatial_scale - offset for v in box)
         roi_w, roi_h = x2 - x1, y2 - y1
         if not aligned:
@@ -31,21 +52,17 @@ def reference_roi_align(features, boxes, box_indices, output_size, spatial_scale
         count = max(grid_h * grid_w, 1)
         for ph in range(out_h):
             for pw in range(out_w):
-                total = 0.0
                 for iy in range(grid_h):
                     y = y1 + ph * bin_h + (iy + 0.5) * bin_h / grid_h
                     for ix in range(grid_w):
-                        x = x1 + pw * bin_w + (ix + 0.5) * bin_w / grid_w
-                        total = total + bilinear(features[image], y, x)
-                pooled[r, ph, pw] = total / count
-    return pooled
+                        yield r, ph, pw, y, x1 + pw * bin_w + (ix + 0.5) * bin_w / grid_w, count
 
 
-def bilinear(feature_map, y, x):
-    """Caffe2's bilinear_interpolate: zero outside [-1, H] x [-1, W], clamped at the borders."""
-    height, width = feature_map.shape[:2]
+def bilinear_taps(height, width, y, x):
+    """Caffe2's bilinear_interpolate as (row, column, weight) taps: none outside [-1, H] x [-1, W],
+    clamped at the borders."""
     if y < -1.0 or y > height or x < -1.0 or x > width:
-        return 0.0
+        return []
     y, x = max(y, 0.0), max(x, 0.0)
     y_low, x_low = int(y), int(x)
     if y_low >= height - 1:
@@ -60,8 +77,7 @@ def bilinear(feature_map, y, x):
         x_high = x_low + 1
     ly, lx = y - y_low, x - x_low
     hy, hx = 1.0 - ly, 1.0 - lx
-    return (hy * hx * feature_map[y_low, x_low] + hy * lx * feature_map[y_low, x_high]
-            + ly * hx * feature_map[y_high, x_low] + ly * lx * feature_map[y_high, x_high])
+    return [(y_low, x_low, hy * hx), (y_low, x_high, hy * lx), (y_high, x_low, ly * hx), (y_high, x_high, ly * lx)]
 
 
 def adaptive_grids(boxes, output_size, spatial_scale, aligned):
@@ -235,3 +251,25 @@ def test_gradient_matches_numeric(rng, sampling_ratio, aligned):
     theoretical, numeric = tf.test.compute_gradient(pool, [features])
     assert np.abs(theoretical[0]).max() > 0.1
     assert_close(theoretical[0], numeric[0], GRADIENT_TOL)
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+def test_float32_gradient_of_many_overlapping_rois_matches_reference_and_repeats(rng, aligned):
+    """Hundreds of overlapping RoIs on one small map: TF's CPU CropAndResize gradient shards the boxes over
+    threads that lose each other's additions there; ours must be Caffe2's gradient, identically on every call."""
+    features, boxes, box_indices = random_case(rng, num_images=2, height=12, width=14, channels=32, num_rois=400,
+                                               max_side=40.0)
+    cotangent = rng.standard_normal((400, 7, 7, 32))
+
+    def gradient():
+        feature_map = tf.constant(features, tf.float32)
+        with tf.GradientTape() as tape:
+            tape.watch(feature_map)
+            pooled = roi_align(feature_map, tf.constant(boxes, tf.float32), box_indices, 7, 0.25, 2, aligned)
+        return tape.gradient(pooled, feature_map, output_gradients=tf.constant(cotangent, tf.float32)).numpy()
+
+    first, second = gradient(), gradient()
+    np.testing.assert_array_equal(first, second)
+    expected = reference_roi_align_gradient(features.shape, boxes, box_indices, cotangent, (7, 7), 0.25, 2, aligned)
+    assert np.abs(expected).max() > 10.0  # many RoIs add into the same pixels
+    assert_close(first, expected, 1e-3)
