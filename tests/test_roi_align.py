@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdet.ops.roi_align import roi_align
+from tfdet.ops.roi_align import crop_and_resize, roi_align
 
 FLOAT32_TOL = 2e-5  # abs, float32 op vs float64 reference on N(0, 1) features
 FLOAT64_TOL = 1e-10  # abs, float64 op vs float64 reference
@@ -273,3 +273,22 @@ def test_float32_gradient_of_many_overlapping_rois_matches_reference_and_repeats
     expected = reference_roi_align_gradient(features.shape, boxes, box_indices, cotangent, (7, 7), 0.25, 2, aligned)
     assert np.abs(expected).max() > 10.0  # many RoIs add into the same pixels
     assert_close(first, expected, 1e-3)
+
+
+@pytest.mark.parametrize("crop_size", [(1, 1), (5, 3), (14, 14)])
+def test_crop_and_resize_gradient_is_the_transpose_of_tfs_forward(rng, crop_size):
+    """<CropAndResize(x), u> = <x, gradient(u)> with TF's own forward kernel, for boxes that overlap, leave
+    the image (extrapolated samples) and are flipped (y1 > y2)."""
+    image = tf.constant(rng.standard_normal((2, 9, 13, 32)), tf.float32)
+    corners = rng.uniform(-0.3, 1.3, size=(400, 4))
+    boxes, box_indices = tf.constant(corners, tf.float32), tf.constant(rng.integers(0, 2, 400), tf.int32)
+    upstream = tf.constant(rng.standard_normal((400, *crop_size, 32)), tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(image)
+        crops = crop_and_resize(image, boxes, box_indices, crop_size)
+    gradient = tape.gradient(crops, image, output_gradients=upstream)
+    np.testing.assert_array_equal(crops, tf.image.crop_and_resize(image, boxes, box_indices, crop_size))
+    forward = np.sum(crops.numpy().astype(np.float64) * upstream.numpy())
+    transposed = np.sum(image.numpy().astype(np.float64) * gradient.numpy())
+    scale = np.linalg.norm(crops.numpy().astype(np.float64)) * np.linalg.norm(upstream.numpy())  # Cauchy-Schwarz
+    assert abs(forward - transposed) <= 1e-6 * scale

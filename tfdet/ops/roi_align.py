@@ -78,58 +78,75 @@ def _pixel_table(features):
 
 def _roi_align_crop_and_resize(features, boxes, box_indices, output_size, spatial_scale, sampling_ratio,
                                aligned):
-    """RoIAlign with a fixed grid by CropAndResize on the edge-padded map, then the mean of each bin.
-
-    The gradient is not CropAndResize's: its CPU kernel shards the boxes over threads that add into the
-    same pixels without synchronisation and loses updates where boxes overlap (several % of the gradient
-    with 2 threads); `_fixed_grid_transpose` computes Caffe2's RoIAlign gradient with segment sums instead.
-    """
+    """RoIAlign with a fixed grid by CropAndResize on the edge-padded map, then the mean of each bin."""
     out_h, out_w = output_size
+    shape = tf.shape(features)
+    padded = tf.pad(tf.cast(features, tf.float32), [[0, 0], [1, 1], [1, 1], [0, 0]], mode="SYMMETRIC")
+    y_first, y_last = _lattice_ends(boxes[:, 1], boxes[:, 3], spatial_scale, out_h, sampling_ratio, shape[1],
+                                    aligned)
+    x_first, x_last = _lattice_ends(boxes[:, 0], boxes[:, 2], spatial_scale, out_w, sampling_ratio, shape[2],
+                                    aligned)
+    samples = crop_and_resize(padded, tf.stack([y_first, x_first, y_last, x_last], axis=1), box_indices,
+                              (out_h * sampling_ratio, out_w * sampling_ratio))
+    bins = tf.nn.avg_pool2d(samples, sampling_ratio, sampling_ratio, "VALID")  # the bin means
+    return tf.cast(bins, features.dtype)
 
+
+def crop_and_resize(image, boxes, box_indices, crop_size):
+    """`tf.image.crop_and_resize` (bilinear, 0 outside) of a float32 `image`, with an exact gradient w.r.t.
+    the image (boxes are constants).
+
+    TF's CPU gradient kernel shards the boxes over threads that add into the same pixels without
+    synchronisation, so where boxes overlap it loses updates (6 % of the gradient, measured with 2 threads).
+    This gradient takes the kernel's sample positions and sums each sample's four bilinear corner
+    contributions per pixel with segment sums: deterministic, nothing lost.
+    """
     @tf.custom_gradient
-    def pool(feature_map):
-        shape = tf.shape(feature_map)
-        padded = tf.pad(feature_map, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="SYMMETRIC")  # replicate edges
-        y_first, y_last = _lattice_ends(boxes[:, 1], boxes[:, 3], spatial_scale, out_h, sampling_ratio,
-                                        shape[1], aligned)
-        x_first, x_last = _lattice_ends(boxes[:, 0], boxes[:, 2], spatial_scale, out_w, sampling_ratio,
-                                        shape[2], aligned)
-        samples = tf.image.crop_and_resize(
-            tf.cast(padded, tf.float32), tf.stack([y_first, x_first, y_last, x_last], axis=1), box_indices,
-            [out_h * sampling_ratio, out_w * sampling_ratio])
-        bins = tf.nn.avg_pool2d(samples, sampling_ratio, sampling_ratio, "VALID")  # the bin means
-
+    def crop(image):
         def gradient(upstream):
-            table_gradient = _fixed_grid_transpose(tf.cast(upstream, tf.float32), boxes, box_indices, shape,
-                                                   spatial_scale, sampling_ratio, aligned)
-            return tf.cast(table_gradient, feature_map.dtype)
+            return _crop_and_resize_image_gradient(upstream, boxes, box_indices, tf.shape(image))
 
-        return tf.cast(bins, feature_map.dtype), gradient
+        return tf.image.crop_and_resize(image, boxes, box_indices, crop_size), gradient
 
-    return pool(features)
+    return crop(image)
 
 
-def _fixed_grid_transpose(upstream, boxes, box_indices, shape, spatial_scale, sampling_ratio, aligned):
-    """Gradient of fixed-grid RoIAlign w.r.t. the (N, H, W, C) map of `shape`, as Caffe2's RoIAlignGradient:
-    each bin's gradient goes to its samples' bilinear taps (the composite's taps), summed per pixel by one
-    segment sum per row tap (deterministic, no lost updates)."""
-    height, width = shape[1], shape[2]
-    out_h, out_w = upstream.shape[1], upstream.shape[2]
-    rows, row_weights = _axis_taps(boxes[:, 1], boxes[:, 3], spatial_scale, out_h, sampling_ratio, height,
-                                   aligned)
-    cols, col_weights = _axis_taps(boxes[:, 0], boxes[:, 2], spatial_scale, out_w, sampling_ratio, width,
-                                   aligned)
-    row_starts = (box_indices * height * width)[:, None, None] + rows * width
+def _crop_and_resize_image_gradient(upstream, boxes, box_indices, image_shape):
+    """The transpose of CropAndResize for the (N, H, W, C) image of `image_shape`, given the gradient
+    (R, crop_h, crop_w, C) of its crops."""
+    height, width = image_shape[1], image_shape[2]
+    rows, row_weights = _lattice_corners(boxes[:, 0], boxes[:, 2], upstream.shape[1], height)
+    cols, col_weights = _lattice_corners(boxes[:, 1], boxes[:, 3], upstream.shape[2], width)
+    row_starts = (box_indices[:, None, None] * height + rows) * width
     channels = upstream.shape[-1] if upstream.shape[-1] is not None else tf.shape(upstream)[-1]
-    num_pixels = shape[0] * height * width
-    table = tf.zeros(tf.stack([num_pixels, channels]), upstream.dtype)
-    for a in range(2 * sampling_ratio):
-        pixels = row_starts[:, :, None, a, None] + cols[:, None, :, :]  # (R, out_h, out_w, 2 * grid)
-        weights = tf.cast(row_weights[:, :, None, a, None] * col_weights[:, None, :, :], upstream.dtype)
-        contributions = upstream[:, :, :, None, :] * weights[..., None]
-        table += tf.math.unsorted_segment_sum(tf.reshape(contributions, [-1, channels]),
-                                              tf.reshape(pixels, [-1]), num_pixels)
-    return tf.reshape(table, shape)
+    num_pixels = image_shape[0] * height * width
+    gradient = None
+    for a in range(2):
+        for b in range(2):
+            pixels = row_starts[:, :, None, a] + cols[:, None, :, b]
+            weights = row_weights[:, :, None, a] * col_weights[:, None, :, b]
+            term = tf.math.unsorted_segment_sum(tf.reshape(upstream * weights[..., None], [-1, channels]),
+                                                tf.reshape(pixels, [-1]), num_pixels)
+            gradient = term if gradient is None else gradient + term
+    return tf.reshape(gradient, image_shape)
+
+
+def _lattice_corners(first, last, count, length):
+    """CropAndResize's `count` samples per box along one axis (normalised ends `first`, `last`), computed
+    as its kernel does: the two pixels around each sample (floor, ceil) and their bilinear weights, both
+    weights 0 (and the pixels 0) for a sample outside [0, length - 1], which the kernel skips."""
+    scale = tf.cast(length - 1, tf.float32)
+    if count > 1:
+        step = (last - first) * scale / (count - 1)
+        positions = (first * scale)[:, None] + tf.range(count, dtype=tf.float32) * step[:, None]
+    else:
+        positions = (0.5 * (first + last) * scale)[:, None]
+    inside = (positions >= 0.0) & (positions <= scale)
+    low = tf.floor(positions)
+    lerp = positions - low
+    corners = tf.where(inside[..., None], tf.stack([low, tf.math.ceil(positions)], -1), 0.0)
+    weights = tf.where(inside[..., None], tf.stack([1.0 - lerp, lerp], -1), 0.0)
+    return tf.cast(corners, tf.int32), weights
 
 
 def _lattice_ends(low, high, spatial_scale, pooled, grid, length, aligned):
