@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 import pytest
-from training_fixtures import first_batch, shapes_images, shapes_roidb, tiny_cfg
+from training_fixtures import AFFINE_BODY, ONE_SAMPLE_ROI_ALIGN, first_batch, shapes_images, shapes_roidb, tiny_cfg
 
 from tfdet.config import ConfigError, load_config
 from tfdet.layers import placeholder_initialization
@@ -24,11 +24,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 ZOO = REPO_ROOT.parent / "shared" / "detectron" / "configs" / "12_2017_baselines"
 # The tiny config without keypoints, GroupNorm (AffineChannel and plain convs instead) and with 1x1 RoIAlign
 # grids: a graph a third the size, traced faster.
-SMALL = ("MODEL.KEYPOINTS_ON", "False", "FAST_RCNN.ROI_XFORM_SAMPLING_RATIO", "1",
-         "MRCNN.ROI_XFORM_SAMPLING_RATIO", "1", "RESNETS.STEM_FUNC", "basic_bn_stem",
-         "RESNETS.TRANS_FUNC", "bottleneck_transformation", "RESNETS.SHORTCUT_FUNC", "basic_bn_shortcut",
-         "FPN.USE_GN", "False", "FAST_RCNN.ROI_BOX_HEAD", "fast_rcnn_heads.add_roi_Xconv1fc_head",
-         "MRCNN.ROI_MASK_HEAD", "mask_rcnn_heads.mask_rcnn_fcn_head_v1up4convs")
+SMALL = ("MODEL.KEYPOINTS_ON", "False", *ONE_SAMPLE_ROI_ALIGN, *AFFINE_BODY)
 MAP = "{res5: /CPU:1, mask_head: CPU:1}"
 MAPPED_PARTS = {"res5", "mask_head"}
 # Ops of a mapped layer that stay with the variables (the replica's device), by design.

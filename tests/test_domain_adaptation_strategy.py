@@ -7,7 +7,7 @@ import pathlib
 import numpy as np
 import tensorflow as tf
 from child_processes import run_in_children
-from training_fixtures import REPO_ROOT, shapes_images, shapes_roidb
+from training_fixtures import AFFINE_BODY, REPO_ROOT, shapes_images, shapes_roidb
 
 from tfdet.config import load_config
 from tfdet.data import shapes
@@ -16,14 +16,9 @@ from tfdet.data.roidb import Roidb
 from tfdet.modeling.detectron_names import model_blobs
 
 DA_CONFIG = REPO_ROOT / "configs" / "shapes_tiny_da_faster.yaml"
-# Detectron's AffineChannel body and a plain-conv box head instead of GroupNorm: at random initialisation GN's
-# backward pass amplifies the float rounding that differs between convolving 4 images and 2 into visible
-# update differences (see tests/test_trainer.py); with AffineChannel the two agree to ~1e-6.
-AFFINE_BODY = (
-    "RESNETS.STEM_FUNC", "basic_bn_stem", "RESNETS.TRANS_FUNC", "bottleneck_transformation",
-    "RESNETS.SHORTCUT_FUNC", "basic_bn_shortcut", "FPN.USE_GN", "False",
-    "FAST_RCNN.ROI_BOX_HEAD", "fast_rcnn_heads.add_roi_Xconv1fc_head",
-)
+# AFFINE_BODY (Detectron's AffineChannel body, plain-conv heads): at random initialisation GN's backward pass
+# amplifies the float rounding that differs between convolving 4 images and 2 into visible update differences
+# (see tests/test_trainer.py); with AffineChannel the two agree to ~1e-6.
 # Every proposal survives the FPN collect (at most 4 x 200 + 12 per image, 4 images on one device), and the
 # RPN output layers start at zero (proposals = anchors ranked by index on any split of the batch); every
 # image fills its 64 RoI slots, so each replica's loss normalisers are half the single device's.

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from child_processes import free_ports, run_in_children
-from training_fixtures import ONE_SAMPLE_ROI_ALIGN, first_batch, shapes_images, shapes_roidb, tiny_cfg
+from training_fixtures import AFFINE_BODY, ONE_SAMPLE_ROI_ALIGN, first_batch, shapes_images, shapes_roidb, tiny_cfg
 
 from tfdet.data.roidb import load_coco_roidb
 from tfdet.engine.checkpoint import TrainingCheckpointer
@@ -23,16 +23,10 @@ from tfdet.modeling.detectron_names import model_blobs
 
 MASK_HEAD = "mask_rcnn_heads.mask_rcnn_fcn_head_v1up4convs_gn"
 
-# The tiny config with Detectron's AffineChannel (frozen BN) body and plain-conv heads instead of GroupNorm:
-# at random initialisation GroupNorm's backward pass amplifies the float32 rounding that differs between
-# convolving 2 images and 1 (~1e-7) to ~4% of the body's update (measured), which would hide real
-# differences; with AffineChannel one device and two replicas agree to ~1e-6.
-AFFINE_BODY = (
-    "RESNETS.STEM_FUNC", "basic_bn_stem", "RESNETS.TRANS_FUNC", "bottleneck_transformation",
-    "RESNETS.SHORTCUT_FUNC", "basic_bn_shortcut", "FPN.USE_GN", "False",
-    "FAST_RCNN.ROI_BOX_HEAD", "fast_rcnn_heads.add_roi_Xconv1fc_head",
-    "MRCNN.ROI_MASK_HEAD", "mask_rcnn_heads.mask_rcnn_fcn_head_v1up4convs",
-)
+# The mirrored-vs-one-device comparison needs the AffineChannel body: at random initialisation GroupNorm's
+# backward pass amplifies the float32 rounding that differs between convolving 2 images and 1 (~1e-7) to ~4%
+# of the body's update (measured), which would hide real differences; with AffineChannel one device and two
+# replicas agree to ~1e-6.
 # Settings under which Detectron's per-replica normalisers add up to the single-device ones, so that the
 # mean of the two replicas' losses is the loss of one device on both images (tfdet.engine.strategy):
 # every proposal survives the FPN collect (at most 4 x 200 + 12 per image, 2000 kept per batch), every
@@ -90,7 +84,8 @@ def step_child_main(data_dir, out_dir):
 
 
 # The tiny config without its mask and keypoint heads and with one RoIAlign sample per bin (a Faster R-CNN:
-# each worker traces a smaller step), 2 workers x 1 image, 2 iterations.
+# each worker traces a smaller step), 2 workers x 1 image, 2 iterations. (GroupNorm kept: from random weights
+# the AffineChannel body's losses grow too fast for several iterations.)
 MULTI_WORKER_MODEL = ("MODEL.MASK_ON", "False", "MODEL.KEYPOINTS_ON", "False", *ONE_SAMPLE_ROI_ALIGN)
 MULTI_WORKER = (*MULTI_WORKER_MODEL, "TFDET.STRATEGY", "multi_worker", "NUM_GPUS", "2", "TRAIN.IMS_PER_BATCH", "1",
                 "SOLVER.MAX_ITER", "2", "TRAIN.SNAPSHOT_ITERS", "100000")

@@ -9,13 +9,23 @@ from tfdet.data.roidb import load_coco_roidb
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY_CONFIG = REPO_ROOT / "configs" / "shapes_tiny_mask_keypoint.yaml"
-# One bilinear sample per RoIAlign bin instead of the configs' 2 x 2 (RoIAlign's taps are unrolled: 16
-# gathers per FPN level and head become 4): a tiny training step traces in ~60% of the time, an R-50-FPN
-# inference model in ~75%. For tests whose point (strategies, resuming, CLIs, output contracts) does not
-# depend on the sampling grid.
+# One bilinear sample per RoIAlign bin instead of the configs' 2 x 2, for tests whose point (strategies,
+# resuming, CLIs, output contracts) does not depend on the sampling grid: a quarter of the samples to crop
+# and to scatter back in the gradient.
 ONE_SAMPLE_ROI_ALIGN = (
     "FAST_RCNN.ROI_XFORM_SAMPLING_RATIO", "1", "MRCNN.ROI_XFORM_SAMPLING_RATIO", "1",
     "KRCNN.ROI_XFORM_SAMPLING_RATIO", "1",
+)  # fmt: skip
+
+# The tiny config with Detectron's AffineChannel (frozen BN) body and plain-conv heads instead of GroupNorm:
+# half the ops of a training step (GroupNorm's statistics and their gradients), half its graph optimisation
+# time. For single-step tests of strategies and device placement, where GroupNorm is not the point (from
+# random weights its losses grow too fast for longer runs).
+AFFINE_BODY = (
+    "RESNETS.STEM_FUNC", "basic_bn_stem", "RESNETS.TRANS_FUNC", "bottleneck_transformation",
+    "RESNETS.SHORTCUT_FUNC", "basic_bn_shortcut", "FPN.USE_GN", "False",
+    "FAST_RCNN.ROI_BOX_HEAD", "fast_rcnn_heads.add_roi_Xconv1fc_head",
+    "MRCNN.ROI_MASK_HEAD", "mask_rcnn_heads.mask_rcnn_fcn_head_v1up4convs",
 )  # fmt: skip
 
 
