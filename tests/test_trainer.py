@@ -1,6 +1,6 @@
 """The training loop: one step of the tiny Mask + Keypoint R-CNN under `default` and `mirrored` (two logical
 CPUs, in a child process) gives the same update on the same global batch; TRAIN.WEIGHTS initialisation;
-(slow) the tiny model overfits 8 shapes images."""
+(slow) two multi_worker processes train to identical weights; the tiny model overfits 8 shapes images."""
 
 import json
 import os
@@ -132,6 +132,10 @@ def test_one_step_mirrored_over_two_cpus_equals_one_device_on_the_global_batch(t
     assert np.sqrt(total_error / sum(np.sum(one**2) for one, _ in updates.values())) < ALL_WEIGHTS_TOLERANCE
 
 
+# Slow (two worker processes tracing the detector's step side by side, ~45 s of both cores). By default
+# multi_worker is covered by tests/test_strategy.py (two worker processes: identical weights equal to one
+# device's, only the chief checkpoints) and Trainer under a distribution strategy by the mirrored test above.
+@pytest.mark.slow
 def test_multi_worker_two_processes_train_the_tiny_model_to_identical_weights(tmp_path):
     shapes_images(tmp_path / "shapes", num_images=8)
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
