@@ -30,7 +30,6 @@ from flop_count import count_macs  # noqa: E402
 
 from tfdet.config import load_config  # noqa: E402
 from tfdet.inference import Predictor  # noqa: E402
-from tfdet.preprocessing import batch_images, prepare_image  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = ROOT.parent / "shared" / "detectron" / "configs" / "12_2017_baselines"
@@ -44,21 +43,12 @@ def peak_rss_mb():
 
 def model_gmacs(predictor, image):
     """GMACs of the model on one image, at the shapes the Predictor feeds it."""
-    cfg = predictor.cfg
-    resized, scale = prepare_image(image, cfg.PIXEL_MEANS, cfg.TEST.SCALE, cfg.TEST.MAX_SIZE)
-    blob = batch_images([resized], cfg.FPN.COARSEST_STRIDE)
-    info = np.array([[image.shape[0], image.shape[1], scale]], np.float32)
-    return count_macs(predictor.model, {"images": blob, "image_info": info}) / 1e9
+    return count_macs(predictor.model, predictor.model_inputs([image])) / 1e9
 
 
 def model_latency(predictor, image):
     """Seconds of the model graph alone (outputs fetched), without pre-processing and mask pasting."""
-    cfg = predictor.cfg
-    resized, scale = prepare_image(image, cfg.PIXEL_MEANS, cfg.TEST.SCALE, cfg.TEST.MAX_SIZE)
-    inputs = {
-        "images": batch_images([resized], cfg.FPN.COARSEST_STRIDE),
-        "image_info": np.array([[image.shape[0], image.shape[1], scale]], np.float32),
-    }
+    inputs = predictor.model_inputs([image])
     start = time.perf_counter()
     {key: value.numpy() for key, value in predictor._run(inputs).items()}
     return time.perf_counter() - start

@@ -7,13 +7,12 @@ import pathlib
 import numpy as np
 import tensorflow as tf
 from child_processes import run_in_children
-from training_fixtures import AFFINE_BODY, REPO_ROOT, shapes_images, shapes_roidb
+from training_fixtures import AFFINE_BODY, REPO_ROOT, shapes_images, shapes_roidb, zeroed_rpn_step
 
 from tfdet.config import load_config
 from tfdet.data import shapes
 from tfdet.data.domain_pipeline import build_domain_dataset, target_image_records
 from tfdet.data.roidb import Roidb
-from tfdet.modeling.detectron_names import model_blobs
 
 DA_CONFIG = REPO_ROOT / "configs" / "shapes_tiny_da_faster.yaml"
 # AFFINE_BODY (Detectron's AffineChannel body, plain-conv heads): at random initialisation GN's backward pass
@@ -23,7 +22,6 @@ DA_CONFIG = REPO_ROOT / "configs" / "shapes_tiny_da_faster.yaml"
 # RPN output layers start at zero (proposals = anchors ranked by index on any split of the batch); every
 # image fills its 64 RoI slots, so each replica's loss normalisers are half the single device's.
 ALL_PROPOSALS = ("TRAIN.RPN_POST_NMS_TOP_N", "4000")
-ZEROED_LAYERS = ("rpn_cls_logits_fpn2", "rpn_bbox_pred_fpn2")
 ALL_WEIGHTS_TOLERANCE = 1e-5
 PER_WEIGHT_TOLERANCE = 2e-3
 # One device's batch [s0, t0, s1, t1]: replica k of two gets [s_k, t_k] with the same per-image seeds (the
@@ -41,10 +39,6 @@ def domain_roidbs(data_dir):
     target_json, target_images = shapes.split_paths(data_dir / "target", "train")
     target = Roidb(target_image_records(target_json, target_images), (), ("__background__",), None, (), 0)
     return source, target
-
-
-def weights_by_blob(model):
-    return {name: variable.numpy() for name, variable, _, _ in model_blobs(model)}
 
 
 def step_child_main(data_dir, out_dir):
@@ -70,16 +64,8 @@ def step_child_main(data_dir, out_dir):
                           roidb=source, target_roidb=target, progress=False)
         pipeline_batch = next(iter(trainer.distributed_dataset(0)))
         replica_flags = [t.numpy() for t in trainer.strategy.experimental_local_results(pipeline_batch["is_source"])]
-        for name in ZEROED_LAYERS:
-            for variable in trainer.model.get_layer(name).weights:
-                variable.assign(tf.zeros_like(variable))
-        initial = weights_by_blob(trainer.model)
-        distributed = trainer.strategy.distribute_datasets_from_function(lambda context: dataset)
-        outputs = trainer.train_step(next(iter(distributed)))
-        np.savez(pathlib.Path(out_dir) / f"{strategy_name}.npz", **{f"initial/{n}": v for n, v in initial.items()},
-                 **{f"updated/{n}": v for n, v in weights_by_blob(trainer.model).items()},
-                 **{f"output/{n}": v for n, v in outputs.items()},
-                 replica_flags=np.stack(replica_flags), replicas=trainer.strategy.num_replicas_in_sync)
+        np.savez(pathlib.Path(out_dir) / f"{strategy_name}.npz", **zeroed_rpn_step(trainer, dataset),
+                 replica_flags=np.stack(replica_flags))
 
 
 def test_one_da_step_mirrored_over_two_cpus_equals_one_device_on_the_global_batch(tmp_path):

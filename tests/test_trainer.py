@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from child_processes import free_ports, run_in_children
-from training_fixtures import AFFINE_BODY, ONE_SAMPLE_ROI_ALIGN, first_batch, shapes_images, shapes_roidb, tiny_cfg
+from training_fixtures import (
+    AFFINE_BODY,
+    ONE_SAMPLE_ROI_ALIGN,
+    first_batch,
+    shapes_images,
+    shapes_roidb,
+    tiny_cfg,
+    weights_by_blob,
+    zeroed_rpn_step,
+)
 
 from tfdet.data.roidb import load_coco_roidb
 from tfdet.engine.checkpoint import TrainingCheckpointer
@@ -19,7 +28,6 @@ from tfdet.engine.trainer import Trainer, export_final_weights, image_seeds, loa
 from tfdet.evaluate import predict_dataset
 from tfdet.evaluation import evaluate_results, load_coco
 from tfdet.modeling import build_model
-from tfdet.modeling.detectron_names import model_blobs
 
 MASK_HEAD = "mask_rcnn_heads.mask_rcnn_fcn_head_v1up4convs_gn"
 
@@ -36,19 +44,10 @@ EQUIVALENT_NORMALISERS = (
     "TRAIN.RPN_POST_NMS_TOP_N", "2000", "TRAIN.FG_FRACTION", "0.03125",
     "KRCNN.NORMALIZE_BY_VISIBLE_KEYPOINTS", "False",
 )
-# The RPN's output layers start at zero: every objectness is exactly 0.5 and every delta 0, so the
-# proposals are the anchors, ranked by index, on any split of the batch. (From random RPN weights, the
-# rounding differences can swap near-tied proposal scores and so change which RoIs are sampled: a
-# different, equally valid step.)
-ZEROED_LAYERS = ("rpn_cls_logits_fpn2", "rpn_bbox_pred_fpn2")
 # Tolerances on the updates (two replicas - one device), relative L2 norms: of all weights together, and
 # of each weight tensor (small biases with tiny updates reach a few 1e-4).
 ALL_WEIGHTS_TOLERANCE = 1e-5
 PER_WEIGHT_TOLERANCE = 2e-3
-
-
-def weights_by_blob(model, mask_head=MASK_HEAD):
-    return {name: variable.numpy() for name, variable, _, _ in model_blobs(model, mask_head)}
 
 
 def step_child_main(data_dir, out_dir):
@@ -71,16 +70,8 @@ def step_child_main(data_dir, out_dir):
             dataset = dataset.unbatch().batch(1)  # image 0 -> replica 0, image 1 -> replica 1
 
         trainer = Trainer(cfg, pathlib.Path(out_dir) / strategy_name, strategy=build_strategy(cfg), progress=False)
-        for name in ZEROED_LAYERS:
-            for variable in trainer.model.get_layer(name).weights:
-                variable.assign(tf.zeros_like(variable))
-        initial = weights_by_blob(trainer.model, cfg.MRCNN.ROI_MASK_HEAD)
-        distributed = trainer.strategy.distribute_datasets_from_function(lambda context: dataset)
-        outputs = trainer.train_step(next(iter(distributed)))
-        np.savez(pathlib.Path(out_dir) / f"{strategy_name}.npz", **{f"initial/{n}": v for n, v in initial.items()},
-                 **{f"updated/{n}": v for n, v in weights_by_blob(trainer.model, cfg.MRCNN.ROI_MASK_HEAD).items()},
-                 **{f"output/{n}": v for n, v in outputs.items()},
-                 replicas=trainer.strategy.num_replicas_in_sync, iteration=trainer.iteration)
+        record = zeroed_rpn_step(trainer, dataset, cfg.MRCNN.ROI_MASK_HEAD)
+        np.savez(pathlib.Path(out_dir) / f"{strategy_name}.npz", **record, iteration=trainer.iteration)
 
 
 # The tiny config without its mask and keypoint heads and with one RoIAlign sample per bin (a Faster R-CNN:
@@ -151,7 +142,8 @@ def test_multi_worker_two_processes_train_the_tiny_model_to_identical_weights(tm
     for name in blobs:
         np.testing.assert_array_equal(first[name], second[name], err_msg=name)
     initial = Trainer(tiny_cfg(*MULTI_WORKER_MODEL), tmp_path / "initial", roidb=[], progress=False).model
-    moved = [name for name, value in weights_by_blob(initial).items() if not np.array_equal(value, first[name])]
+    initial_weights = weights_by_blob(initial, MASK_HEAD)
+    moved = [name for name, value in initial_weights.items() if not np.array_equal(value, first[name])]
     assert len(moved) > len(blobs) // 2  # the workers really trained (from the same RNG_SEED start)
     assert (tmp_path / "run0" / "model_final.weights.h5").is_file()
     assert not (tmp_path / "run1" / "model_final.weights.h5").exists()  # only the chief writes
@@ -173,7 +165,7 @@ def trained_like_model():
 
 
 def assert_same_weights(model, expected):
-    got, want = weights_by_blob(model), weights_by_blob(expected)
+    got, want = weights_by_blob(model, MASK_HEAD), weights_by_blob(expected, MASK_HEAD)
     assert got.keys() == want.keys()
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
@@ -195,9 +187,9 @@ def test_train_weights_from_a_detectron_pkl_backbone(trained_like_model, tmp_pat
     blobs = {n: b for n, b in model_to_blobs(trained_like_model, MASK_HEAD).items() if n.startswith(("conv1", "res"))}
     write_detectron_pkl(tmp_path / "R-50-tiny.pkl", blobs, None)
     model = build_model(cfg, training=True)
-    fresh_heads = {n: v for n, v in weights_by_blob(model).items() if n.startswith(("fc6", "conv_rpn"))}
+    fresh_heads = {n: v for n, v in weights_by_blob(model, MASK_HEAD).items() if n.startswith(("fc6", "conv_rpn"))}
     load_initial_weights(model, cfg, str(tmp_path / "R-50-tiny.pkl"))
-    loaded, expected = weights_by_blob(model), weights_by_blob(trained_like_model)
+    loaded, expected = weights_by_blob(model, MASK_HEAD), weights_by_blob(trained_like_model, MASK_HEAD)
     for name in ("conv1_w", "conv1_gn_s", "res4_5_branch2b_w", "res5_2_branch2c_gn_b"):
         np.testing.assert_array_equal(loaded[name], expected[name], err_msg=name)
     for name, value in fresh_heads.items():

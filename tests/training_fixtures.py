@@ -2,10 +2,13 @@
 
 import pathlib
 
+import tensorflow as tf
+
 from tfdet.config import load_config
 from tfdet.data import shapes
 from tfdet.data.pipeline import build_train_dataset
 from tfdet.data.roidb import load_coco_roidb
+from tfdet.modeling.detectron_names import model_blobs
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY_CONFIG = REPO_ROOT / "configs" / "shapes_tiny_mask_keypoint.yaml"
@@ -52,3 +55,29 @@ def shapes_roidb(directory, num_images=8, seed=0, min_objects=1, generate=True):
 def first_batch(cfg, roidb):
     """The first training batch of `roidb` without flips, as a dict of tensors."""
     return next(iter(build_train_dataset(cfg, roidb, flip=False)))
+
+
+# The RPN's output layers, zeroed by the strategy-equivalence tests: every objectness is exactly 0.5 and every
+# delta 0, so the proposals are the anchors, ranked by index, on any split of the batch. (From random RPN
+# weights, rounding differences can swap near-tied proposal scores and so change which RoIs are sampled: a
+# different, equally valid step.)
+RPN_OUTPUT_LAYERS = ("rpn_cls_logits_fpn2", "rpn_bbox_pred_fpn2")
+
+
+def weights_by_blob(model, mask_head=""):
+    """{Detectron blob name: numpy value} of `model`'s weights."""
+    return {name: variable.numpy() for name, variable, _, _ in model_blobs(model, mask_head)}
+
+
+def zeroed_rpn_step(trainer, dataset, mask_head=""):
+    """One training step of `trainer` on `dataset` (one element per replica) from its weights with the RPN
+    output layers zeroed: npz entries initial/<blob>, updated/<blob>, output/<term> and replicas."""
+    for name in RPN_OUTPUT_LAYERS:
+        for variable in trainer.model.get_layer(name).weights:
+            variable.assign(tf.zeros_like(variable))
+    initial = weights_by_blob(trainer.model, mask_head)
+    distributed = trainer.strategy.distribute_datasets_from_function(lambda context: dataset)
+    outputs = trainer.train_step(next(iter(distributed)))
+    return {**{f"initial/{n}": v for n, v in initial.items()},
+            **{f"updated/{n}": v for n, v in weights_by_blob(trainer.model, mask_head).items()},
+            **{f"output/{n}": v for n, v in outputs.items()}, "replicas": trainer.strategy.num_replicas_in_sync}

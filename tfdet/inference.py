@@ -59,13 +59,18 @@ class Predictor:
             return self._predict_batch(list(image))
         return self._predict_batch([image])[0]
 
-    def _predict_batch(self, images):
+    def model_inputs(self, images):
+        """The model's inputs for a list of BGR images: the resized, mean-subtracted images padded into one
+        blob, and image_info rows (input height, input width, scale)."""
         test = self.cfg.TEST
         prepared = [prepare_image(im, self.cfg.PIXEL_MEANS, test.SCALE, test.MAX_SIZE) for im in images]
         stride = self.cfg.FPN.COARSEST_STRIDE if self.cfg.FPN.FPN_ON else 0
         blob = batch_images([p[0] for p in prepared], stride)
         info = np.array([[im.shape[0], im.shape[1], scale] for im, (_, scale) in zip(images, prepared)], np.float32)
-        outputs = {k: v.numpy() for k, v in self._run({"images": blob, "image_info": info}).items()}
+        return {"images": blob, "image_info": info}
+
+    def _predict_batch(self, images):
+        outputs = {k: v.numpy() for k, v in self._run(self.model_inputs(images)).items()}
         return [self._image_results(outputs, i, images[i].shape[:2]) for i in range(len(images))]
 
     def _image_results(self, outputs, index, image_size):

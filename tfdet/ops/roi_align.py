@@ -71,7 +71,7 @@ def _pair(output_size):
 
 
 def _pixel_table(features):
-    """Features (N, H, W, C) as a (N*H*W, C) table, keeping C static when it is known."""
+    """Features (N, H, W, C) (or crops (R, h, w, C)) as a (N*H*W, C) table, keeping C static when it is known."""
     channels = features.shape[-1] if features.shape[-1] is not None else tf.shape(features)[-1]
     return tf.reshape(features, [-1, channels])
 
@@ -118,14 +118,13 @@ def _crop_and_resize_image_gradient(upstream, boxes, box_indices, image_shape):
     rows, row_weights = _lattice_corners(boxes[:, 0], boxes[:, 2], upstream.shape[1], height)
     cols, col_weights = _lattice_corners(boxes[:, 1], boxes[:, 3], upstream.shape[2], width)
     row_starts = (box_indices[:, None, None] * height + rows) * width
-    channels = upstream.shape[-1] if upstream.shape[-1] is not None else tf.shape(upstream)[-1]
     num_pixels = image_shape[0] * height * width
     gradient = None
     for a in range(2):
         for b in range(2):
             pixels = row_starts[:, :, None, a] + cols[:, None, :, b]
             weights = row_weights[:, :, None, a] * col_weights[:, None, :, b]
-            term = tf.math.unsorted_segment_sum(tf.reshape(upstream * weights[..., None], [-1, channels]),
+            term = tf.math.unsorted_segment_sum(_pixel_table(upstream * weights[..., None]),
                                                 tf.reshape(pixels, [-1]), num_pixels)
             gradient = term if gradient is None else gradient + term
     return tf.reshape(gradient, image_shape)
