@@ -144,11 +144,11 @@ def _triangle(x0, y0, size, apex_fraction, height_ratio):
     return polygon, keypoints
 
 
-def _random_shape(rng, height, width):
-    """A shape of random kind, size and position, entirely inside the image."""
+def random_shape(rng, height, width, size_range=SIZE_RANGE):
+    """A shape of random kind, size (`size_range` of the shorter side) and position, entirely inside the image."""
     category_id = int(rng.integers(1, len(CATEGORY_NAMES) + 1))
     shorter = min(height, width)
-    size = int(rng.integers(round(SIZE_RANGE[0] * shorter), round(SIZE_RANGE[1] * shorter) + 1))
+    size = int(rng.integers(round(size_range[0] * shorter), round(size_range[1] * shorter) + 1))
     apex_fraction, height_ratio = rng.uniform(0.2, 0.8), rng.uniform(0.7, 1.1)
     extent_y = size if category_id != 3 else max(round(size * height_ratio), 4)
     x0 = int(rng.integers(1, width - size))
@@ -188,7 +188,7 @@ def _background(rng, height, width):
     return image + rng.normal(0, 6, size=(height, width, 3))
 
 
-def _distinct_colour(rng, avoid):
+def distinct_colour(rng, avoid):
     """A random colour at least MIN_COLOUR_DISTANCE from every colour in `avoid` (best of a few tries)."""
     best, best_distance = None, -1.0
     for _ in range(10):
@@ -207,7 +207,7 @@ def _place_shapes(rng, height, width):
     shapes, masks = [], []
     for _ in range(count):
         for _ in range(PLACEMENT_TRIES):
-            shape = _random_shape(rng, height, width)
+            shape = random_shape(rng, height, width)
             mask = polygon_mask(shape.polygon, height, width)
             covered = np.zeros_like(mask)
             fits = True
@@ -249,7 +249,8 @@ def _keypoint_annotation(keypoints, visible_mask, box):
     return flat, labelled
 
 
-def _annotation(shape, full_mask, visible_mask):
+def shape_annotation(shape, full_mask, visible_mask):
+    """COCO annotation (no ids) of a shape: the visible mask's box, area and segmentation, and the keypoints."""
     rle = mask_util.encode(np.asfortranarray(visible_mask.astype(np.uint8)))
     box = [float(v) for v in mask_util.toBbox(rle)]
     if (visible_mask == full_mask).all():
@@ -306,12 +307,12 @@ def render_image(seed, index, image_size=DEFAULT_IMAGE_SIZE, style="plain"):
     painted = []
     for shape, mask in zip(shapes, masks):
         avoid = [image[mask].mean(axis=0)] + [c for c, m in painted if (m & mask).any()]
-        colour = _distinct_colour(rng, avoid)
+        colour = distinct_colour(rng, avoid)
         image[mask] = colour + rng.normal(0, 6, size=(int(mask.sum()), 3))
         painted.append((colour, mask))
     if style == "foggy":
         image = _foggy(image, np.random.default_rng([seed, index, STYLE_STREAM]))
-    annotations = [_annotation(s, m, v) for s, m, v in zip(shapes, masks, _visible_masks(masks))]
+    annotations = [shape_annotation(s, m, v) for s, m, v in zip(shapes, masks, _visible_masks(masks))]
     return np.clip(np.round(image), 0, 255).astype(np.uint8), annotations
 
 
