@@ -7,6 +7,7 @@ import pathlib
 import numpy as np
 import tensorflow as tf
 from child_processes import run_in_children
+from strategy_equivalence import assert_same_step, default_and_mirrored, load_steps
 from training_fixtures import AFFINE_BODY, REPO_ROOT, shapes_images, shapes_roidb, zeroed_rpn_step
 
 from tfdet.config import load_config
@@ -52,14 +53,8 @@ def step_child_main(data_dir, out_dir):
     source, target = domain_roidbs(data_dir)
     batch = next(iter(build_domain_dataset(da_cfg("TRAIN.IMS_PER_BATCH", "4"), source, target, flip=False)))
     batch = {name: tf.gather(value, REPLICA_ORDER) for name, value in batch.items()}
-    for strategy_name in ("default", "mirrored"):
-        mirrored = strategy_name == "mirrored"
-        split = ("TRAIN.IMS_PER_BATCH", "2", "NUM_GPUS", "2") if mirrored else ("TRAIN.IMS_PER_BATCH", "4")
+    for strategy_name, split, dataset in default_and_mirrored(batch):
         cfg = da_cfg(*AFFINE_BODY, *ALL_PROPOSALS, *split)
-        dataset = tf.data.Dataset.from_tensors(batch)
-        if mirrored:
-            dataset = dataset.unbatch().batch(2)
-
         trainer = Trainer(cfg, pathlib.Path(out_dir) / strategy_name, strategy=build_strategy(cfg),
                           roidb=source, target_roidb=target, progress=False)
         pipeline_batch = next(iter(trainer.distributed_dataset(0)))
@@ -72,27 +67,12 @@ def test_one_da_step_mirrored_over_two_cpus_equals_one_device_on_the_global_batc
     shapes_images(tmp_path / "data" / "source", num_images=8)
     shapes.generate(tmp_path / "data" / "target", 4, seed=11, image_size=96, split_name="train", style="foggy")
     run_in_children("test_domain_adaptation_strategy", "step_child_main", [(str(tmp_path / "data"), str(tmp_path))])
-    single, mirrored = np.load(tmp_path / "default.npz"), np.load(tmp_path / "mirrored.npz")
-    assert [int(single["replicas"]), int(mirrored["replicas"])] == [1, 2]
+    single, mirrored = load_steps(tmp_path)
     np.testing.assert_array_equal(single["replica_flags"], [[True, True, False, False]])
     np.testing.assert_array_equal(mirrored["replica_flags"], [[True, False], [True, False]])
 
-    names = [n for n in single.files if n.startswith("initial/")]
-    assert {"initial/conv1_da_w", "initial/fc3_da_w"} <= set(names)
-    for name in names:
-        np.testing.assert_array_equal(mirrored[name], single[name], err_msg=name)
-    outputs = sorted(n for n in single.files if n.startswith("output/"))
-    assert {"output/loss_rpn_cls", "output/loss_cls", "output/loss_da_image", "output/loss_da_instance",
-            "output/loss_da_consistency"} <= set(outputs)
-    np.testing.assert_allclose([mirrored[n] for n in outputs], [single[n] for n in outputs], rtol=1e-5, atol=1e-7)
-
-    updates = {}
-    for name in names:
-        blob = name.split("/", 1)[1]
-        updates[blob] = (single[f"updated/{blob}"] - single[name], mirrored[f"updated/{blob}"] - mirrored[name])
+    outputs = {"output/loss_rpn_cls", "output/loss_cls", "output/loss_da_image", "output/loss_da_instance",
+               "output/loss_da_consistency"}
+    updates = assert_same_step(single, mirrored, outputs, PER_WEIGHT_TOLERANCE, ALL_WEIGHTS_TOLERANCE)
+    assert {"conv1_da_w", "fc3_da_w"} <= set(updates)
     assert min(np.abs(updates[blob][0]).max() for blob in ("conv1_da_w", "fc1_da_w", "fc3_da_w")) > 0
-    assert max(np.abs(one).max() for one, _ in updates.values()) > 1e-3  # the step really trained
-    errors = {blob: np.linalg.norm(two - one) / max(np.linalg.norm(one), 1e-12) for blob, (one, two) in updates.items()}
-    assert max(errors.values()) < PER_WEIGHT_TOLERANCE, sorted(errors.items(), key=lambda e: -e[1])[:5]
-    total_error = sum(np.sum((two - one) ** 2) for one, two in updates.values())
-    assert np.sqrt(total_error / sum(np.sum(one**2) for one, _ in updates.values())) < ALL_WEIGHTS_TOLERANCE

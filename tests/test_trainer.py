@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from child_processes import free_ports, run_in_children
+from strategy_equivalence import assert_same_step, default_and_mirrored, load_steps
 from training_fixtures import (
     AFFINE_BODY,
     ONE_SAMPLE_ROI_ALIGN,
@@ -61,14 +62,8 @@ def step_child_main(data_dir, out_dir):
 
     make_logical_cpus(2)
     batch = first_batch(tiny_cfg(), shapes_roidb(data_dir, min_objects=2, generate=False))
-    for strategy_name in ("default", "mirrored"):
-        mirrored = strategy_name == "mirrored"
-        split = ("TRAIN.IMS_PER_BATCH", "1", "NUM_GPUS", "2") if mirrored else ("TRAIN.IMS_PER_BATCH", "2")
+    for strategy_name, split, dataset in default_and_mirrored(batch):  # mirrored: image k on replica k
         cfg = tiny_cfg(*AFFINE_BODY, *EQUIVALENT_NORMALISERS, *split)
-        dataset = tf.data.Dataset.from_tensors(batch)
-        if mirrored:
-            dataset = dataset.unbatch().batch(1)  # image 0 -> replica 0, image 1 -> replica 1
-
         trainer = Trainer(cfg, pathlib.Path(out_dir) / strategy_name, strategy=build_strategy(cfg), progress=False)
         record = zeroed_rpn_step(trainer, dataset, cfg.MRCNN.ROI_MASK_HEAD)
         np.savez(pathlib.Path(out_dir) / f"{strategy_name}.npz", **record, iteration=trainer.iteration)
@@ -101,26 +96,10 @@ def multi_worker_child_main(data_dir, out_dir):
 def test_one_step_mirrored_over_two_cpus_equals_one_device_on_the_global_batch(tmp_path):
     shapes_images(tmp_path / "shapes", num_images=8)
     run_in_children("test_trainer", "step_child_main", [(str(tmp_path / "shapes"), str(tmp_path))])
-    single, mirrored = np.load(tmp_path / "default.npz"), np.load(tmp_path / "mirrored.npz")
-    assert [int(single["replicas"]), int(mirrored["replicas"])] == [1, 2]
+    single, mirrored = load_steps(tmp_path)
     assert int(single["iteration"]) == int(mirrored["iteration"]) == 1
-    names = [n for n in single.files if n.startswith("initial/")]
-    for name in names:
-        np.testing.assert_array_equal(mirrored[name], single[name], err_msg=name)  # the same seeded start
-
-    outputs = sorted(n for n in single.files if n.startswith("output/"))
-    assert {"output/loss_rpn_cls", "output/loss_cls", "output/loss_mask", "output/loss_kps"} <= set(outputs)
-    np.testing.assert_allclose([mirrored[n] for n in outputs], [single[n] for n in outputs], rtol=1e-5, atol=1e-7)
-
-    updates = {}
-    for name in names:
-        blob = name.split("/", 1)[1]
-        updates[blob] = (single[f"updated/{blob}"] - single[name], mirrored[f"updated/{blob}"] - mirrored[name])
-    assert max(np.abs(one).max() for one, _ in updates.values()) > 1e-3  # the step really trained
-    errors = {blob: np.linalg.norm(two - one) / max(np.linalg.norm(one), 1e-12) for blob, (one, two) in updates.items()}
-    assert max(errors.values()) < PER_WEIGHT_TOLERANCE, sorted(errors.items(), key=lambda e: -e[1])[:5]
-    total_error = sum(np.sum((two - one) ** 2) for one, two in updates.values())
-    assert np.sqrt(total_error / sum(np.sum(one**2) for one, _ in updates.values())) < ALL_WEIGHTS_TOLERANCE
+    outputs = {"output/loss_rpn_cls", "output/loss_cls", "output/loss_mask", "output/loss_kps"}
+    assert_same_step(single, mirrored, outputs, PER_WEIGHT_TOLERANCE, ALL_WEIGHTS_TOLERANCE)
 
 
 # Slow (two worker processes tracing the detector's step side by side, ~45 s of both cores). By default
