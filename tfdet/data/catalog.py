@@ -11,14 +11,11 @@ domain-adaptation demo (TRAIN.TARGET_DATASETS, and a labelled split to measure o
 """
 
 import difflib
-import os
 import pathlib
 from dataclasses import dataclass
 
 from tfdet.data import shapes
-
-DATA_DIR_ENV = "TFDET_DATA_DIR"
-DEFAULT_DATA_DIR = "~/.cache/tfdet/datasets"
+from tfdet.data.data_root import DATA_DIR_ENV, data_root
 
 
 @dataclass(frozen=True)
@@ -49,16 +46,6 @@ _COCO_DATASETS = {
     "keypoints_coco_2017_train": _coco("coco_train2017", "person_keypoints_train2017"),
     "keypoints_coco_2017_val": _coco("coco_val2017", "person_keypoints_val2017"),
 }
-
-
-def data_root():
-    """The folder datasets live in: `$TFDET_DATA_DIR`, or ~/.cache/tfdet/datasets."""
-    return pathlib.Path(os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR).expanduser()
-
-
-def shapes_root():
-    """The cache folder of the synthetic shapes splits."""
-    return data_root() / "shapes"
 
 
 def dataset_names():

@@ -22,7 +22,9 @@ Segmentations are kept as COCO's compressed RLE (polygons rasterised by pycocoto
 size) only when masks are asked for, so the pipeline decodes them with TensorFlow ops.
 """
 
+import contextlib
 import dataclasses
+import io
 import logging
 import os
 import pathlib
@@ -30,6 +32,9 @@ import pathlib
 import numpy as np
 import pycocotools.mask as mask_util
 from pycocotools.coco import COCO
+
+from tfdet.data.catalog import get_dataset
+from tfdet.data.keypoint_flips import keypoint_flip_pairs
 
 logger = logging.getLogger(__name__)
 
@@ -71,25 +76,6 @@ class Roidb:
     @property
     def num_keypoints(self):
         return 0 if self.keypoint_names is None else len(self.keypoint_names)
-
-
-def keypoint_flip_pairs(keypoint_names, flip_map=None):
-    """Index pairs (i, j) of keypoints that swap under a horizontal flip.
-
-    `flip_map` ({name: name}) gives them explicitly, as Detectron's `keypoint_flip_map`; otherwise
-    every name containing "left" is paired with the same name with "right" when that exists
-    (`left_eye` <-> `right_eye`, `hand_left` <-> `hand_right`).
-    """
-    index = {name: i for i, name in enumerate(keypoint_names)}
-    if flip_map is None:
-        flip_map = {n: n.replace("left", "right") for n in keypoint_names if "left" in n}
-        flip_map = {a: b for a, b in flip_map.items() if b in index}
-    pairs = []
-    for a, b in flip_map.items():
-        if a not in index or b not in index:
-            raise ValueError(f"keypoint flip map names {a!r} <-> {b!r}, not both among {list(keypoint_names)}")
-        pairs.append((index[a], index[b]))
-    return tuple(sorted(pairs))
 
 
 def xywh_to_xyxy_clipped(bbox, height, width):
@@ -190,8 +176,6 @@ def concatenate_roidbs(roidbs):
 
 def training_roidb(cfg, dataset_names=None, keypoint_flip_map=None):
     """The Roidb of cfg.TRAIN.DATASETS (or `dataset_names`), named in `tfdet.data.catalog`."""
-    from tfdet.data.catalog import get_dataset
-
     names = tuple(dataset_names if dataset_names is not None else cfg.TRAIN.DATASETS)
     if not names:
         raise ValueError("no training dataset: set TRAIN.DATASETS")
@@ -213,9 +197,6 @@ def training_roidb(cfg, dataset_names=None, keypoint_flip_map=None):
 
 def _quiet_coco(annotation_file):
     """pycocotools' COCO without its progress prints."""
-    import contextlib
-    import io
-
     with contextlib.redirect_stdout(io.StringIO()):
         return COCO(str(annotation_file))
 

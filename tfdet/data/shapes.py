@@ -43,7 +43,8 @@ import cv2
 import numpy as np
 import pycocotools.mask as mask_util
 
-from tfdet.data.roidb import keypoint_flip_pairs
+from tfdet.data.data_root import shapes_root
+from tfdet.data.keypoint_flips import keypoint_flip_pairs
 
 GENERATOR_VERSION = 1
 CATEGORY_NAMES = ("square", "circle", "triangle")
@@ -373,8 +374,6 @@ def ensure_split(name, root=None):
     if name not in SPLITS:
         raise KeyError(f"unknown shapes split {name!r}; known: {', '.join(sorted(SPLITS))}")
     if root is None:
-        from tfdet.data.catalog import shapes_root  # the catalog imports this module
-
         root = shapes_root()
     split_dir = pathlib.Path(root) / f"v{GENERATOR_VERSION}" / name
     json_path, image_dir = split_paths(split_dir, name)
