@@ -56,7 +56,8 @@ def test_ground_truth_masks_are_the_painted_pixels(photo, written):
 def test_boxes_areas_keypoints_match_the_masks(written):
     image, coco = written
     height, width = image.shape[:2]
-    assert coco.imgs[1] == {"id": 1, "file_name": "24274813513_0cfd2ce6d0_k_shapes.jpg", "height": height, "width": width}
+    file_name = "24274813513_0cfd2ce6d0_k_shapes.jpg"
+    assert coco.imgs[1] == {"id": 1, "file_name": file_name, "height": height, "width": width}
     assert [c["name"] for c in coco.loadCats(coco.getCatIds())] == list(CATEGORY_NAMES)
     for annotation in coco.loadAnns(coco.getAnnIds()):
         mask = coco.annToMask(annotation).astype(bool)
@@ -95,3 +96,19 @@ def test_sizes_are_the_fraction_of_the_longer_side_the_model_needs(photo):
 def test_bad_photo_is_refused_in_one_line(bad, message):
     with pytest.raises(ValueError, match=message):
         photo_shapes.paint_shapes(bad, 0)
+
+
+def test_the_demo_counts_the_painted_shapes_found(photo):
+    from tfdet.demo import found_shapes
+
+    _, annotations = photo_shapes.paint_shapes(photo, 0)
+    first, second = annotations[:2]
+    x, y, w, h = first["bbox"]
+    detections = [
+        {"category_id": first["category_id"], "bbox": [x + 0.1 * w, y, w, h], "score": 0.9},  # IoU 0.82: found
+        {"category_id": first["category_id"], "bbox": [x, y, w, h], "score": 0.8},  # the same shape again: false
+        {"category_id": second["category_id"] % 3 + 1, "bbox": second["bbox"], "score": 0.95},  # wrong class: false
+        {"category_id": second["category_id"], "bbox": second["bbox"], "score": 0.4},  # under the threshold
+    ]
+    assert found_shapes(annotations, detections, thresh=0.5) == (1, 2)
+    assert found_shapes(annotations, detections, thresh=0.3) == (2, 2)
