@@ -18,8 +18,7 @@ from tfdet.modeling.backbones import add_fpn, add_residual_block
 from tfdet.modeling.backbones.conv_norm import conv_affine
 from tfdet.modeling.backbones.resnet import SHORTCUTS, STEMS, TRANSFORMATIONS, StageOutput
 from tfdet.modeling.detectron_names import detectron_inventory, model_blobs
-from tfdet.modeling.registry import BODIES
-from tfdet.utils.registry import UnknownNameError
+from tfdet.modeling.registry import BODIES, UnknownNameError
 
 TOLERANCE = 1e-4
 BATCH = 2

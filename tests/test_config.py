@@ -20,7 +20,7 @@ from tfdet.config import (
 from tfdet.config.defaults import DEFAULTS, KEY_DOCS
 from tfdet.config.function_names import FUNCTION_NAMES
 from tfdet.config.schema import SEQUENCE_RULES
-from tfdet.utils.registry import Registry, UnknownNameError
+from tfdet.modeling.registry import Registry, UnknownNameError
 
 ZOO_DIR = shared_path("detectron", "configs")
 ZOO_CONFIGS = sorted(ZOO_DIR.rglob("*.yaml"))

@@ -21,8 +21,7 @@ import functools
 import keras
 
 from tfdet.modeling.backbones.conv_norm import conv_affine, conv_gn, relu
-from tfdet.modeling.registry import BODIES, BodyOutput
-from tfdet.utils.registry import Registry
+from tfdet.modeling.registry import BODIES, BodyOutput, Registry
 
 STEMS = Registry("RESNETS.STEM_FUNC")
 TRANSFORMATIONS = Registry("RESNETS.TRANS_FUNC")

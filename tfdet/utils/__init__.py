@@ -1,1 +1,0 @@
-"""Small helpers shared across tfdet that import neither TensorFlow nor the rest of tfdet."""
