@@ -23,10 +23,10 @@ ONE_SAMPLE_ROI_ALIGN = (
 # The tiny config with Detectron's AffineChannel (frozen BN) body and plain-conv heads instead of GroupNorm:
 # half the ops of a training step (GroupNorm's statistics and their gradients), half its graph optimisation
 # time. For single-step tests of strategies and device placement, where GroupNorm is not the point (from
-# random weights its losses grow too fast for longer runs).
+# random weights its losses grow too fast for longer runs, hence TFDET.ALLOW_AFFINE_FROM_SCRATCH).
 AFFINE_BODY = (
     "RESNETS.STEM_FUNC", "basic_bn_stem", "RESNETS.TRANS_FUNC", "bottleneck_transformation",
-    "RESNETS.SHORTCUT_FUNC", "basic_bn_shortcut", "FPN.USE_GN", "False",
+    "RESNETS.SHORTCUT_FUNC", "basic_bn_shortcut", "FPN.USE_GN", "False", "TFDET.ALLOW_AFFINE_FROM_SCRATCH", "True",
     "FAST_RCNN.ROI_BOX_HEAD", "fast_rcnn_heads.add_roi_Xconv1fc_head",
     "MRCNN.ROI_MASK_HEAD", "mask_rcnn_heads.mask_rcnn_fcn_head_v1up4convs",
 )  # fmt: skip

@@ -1,6 +1,7 @@
 """The training loop: Detectron's `tools/train_net.py` + `utils/train.py` on a tf.distribute strategy.
 
-    trainer = Trainer(cfg)          # strategy, training model, optimizer, checkpointer
+    trainer = Trainer(cfg)          # strategy, training model, optimizer, checkpointer (refuses an
+                                    # AffineChannel body without initial weights: it would diverge)
     trainer.initialize()            # resume from OUTPUT_DIR, else TRAIN.WEIGHTS, else the builders' init
     trainer.train()                 # iterations up to SOLVER.MAX_ITER, checkpoints, json_stats, final weights
 
@@ -26,6 +27,7 @@ import os
 import keras
 import tensorflow as tf
 
+from tfdet.config.errors import ConfigError
 from tfdet.data.domain_pipeline import distributed_domain_dataset_fn, target_roidb
 from tfdet.data.pipeline import distributed_dataset_fn
 from tfdet.data.roidb import training_roidb
@@ -100,6 +102,37 @@ def load_initial_weights(model, cfg, path):
     tf.train.Checkpoint(model=model).read(checkpoint).expect_partial().assert_existing_objects_matched()
 
 
+# RESNETS.TRANS_FUNC of Detectron's ResNet blocks whose norm is AffineChannel (frozen BN: a fixed per-channel
+# x * scale + bias meant to hold ImageNet statistics); the GroupNorm blocks are bottleneck_gn_transformation.
+AFFINE_CHANNEL_BLOCKS = "bottleneck_transformation"
+
+
+def refuse_affine_body_from_scratch(cfg, output_dir):
+    """Raise ConfigError when this run would train AffineChannel ResNet blocks from random weights: no
+    TRAIN.WEIGHTS and nothing in `output_dir` that TRAIN.AUTO_RESUME would resume (or finish) from.
+
+    Nothing normalises such blocks, so their activations grow block by block and the losses reach NaN
+    within a few iterations. Detectron trains them regardless; we stop before building anything.
+    TFDET.ALLOW_AFFINE_FROM_SCRATCH lets the run go on (tests of a single step do).
+    """
+    if cfg.RESNETS.TRANS_FUNC != AFFINE_CHANNEL_BLOCKS or cfg.TRAIN.WEIGHTS or cfg.TFDET.ALLOW_AFFINE_FROM_SCRATCH:
+        return
+    if cfg.TRAIN.AUTO_RESUME and (
+        tf.train.get_checkpoint_state(output_dir) is not None or os.path.exists(os.path.join(output_dir, FINAL_WEIGHTS))
+    ):
+        return
+    raise ConfigError(
+        f"MODEL.CONV_BODY {cfg.MODEL.CONV_BODY} with RESNETS.TRANS_FUNC {AFFINE_CHANNEL_BLOCKS} (AffineChannel, "
+        f"a frozen BN that keeps pretrained statistics) would start from random weights (TRAIN.WEIGHTS '' and no "
+        f"checkpoint to resume in {output_dir}): unnormalised, its activations explode and the losses are NaN "
+        "within a few iterations, a guaranteed failure that Detectron does not check. Fix: set TRAIN.WEIGHTS to "
+        "pretrained weights (e.g. an ImageNet R-50.pkl), or train from scratch with GroupNorm (RESNETS.STEM_FUNC "
+        "basic_gn_stem, RESNETS.TRANS_FUNC bottleneck_gn_transformation, RESNETS.SHORTCUT_FUNC basic_gn_shortcut, "
+        "FPN.USE_GN True, TRAIN.FREEZE_AT 0, as configs/shapes_*.yaml do), or set TFDET.ALLOW_AFFINE_FROM_SCRATCH "
+        "True to train anyway"
+    )
+
+
 def export_final_weights(cfg, training_model, directory):
     """The training model's weights in an inference model, saved as `model_final.weights.h5` (temp file +
     rename) beside `config.yaml`; returns the weights path. The inference model is built on the default
@@ -131,6 +164,7 @@ class Trainer:
     def __init__(self, cfg, output_dir=None, strategy=None, roidb=None, progress=None, target_roidb=None):
         self.cfg = cfg
         self.output_dir = os.fspath(output_dir or cfg.OUTPUT_DIR)
+        refuse_affine_body_from_scratch(cfg, self.output_dir)  # before anything is built
         self.strategy = strategy or build_strategy(cfg)
         self.roidb = roidb
         self.target_roidb = target_roidb
