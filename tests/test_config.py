@@ -107,7 +107,10 @@ def test_domain_adaptation_and_tfdet_defaults():
         "DA_CST_LOSS_WEIGHT": 0.1,
     }
     assert cfg.TRAIN.TARGET_DATASETS == ()
-    assert cfg.TFDET.to_dict() == {"STRATEGY": "", "ROI_ALIGN_ALIGNED": False, "DEVICE_MAP": {}, "MIXED_PRECISION": ""}
+    assert cfg.TFDET.to_dict() == {
+        "STRATEGY": "", "ROI_ALIGN_ALIGNED": False, "DEVICE_MAP": {}, "MIXED_PRECISION": "",
+        "ALLOW_AFFINE_FROM_SCRATCH": False,
+    }  # fmt: skip
 
 
 def test_load_config_without_arguments_gives_the_defaults():
@@ -429,7 +432,8 @@ def test_attribute_access_and_mapping_behaviour():
     assert cfg.MODEL.NUM_CLASSES == cfg["MODEL"]["NUM_CLASSES"]
     assert list(cfg)[:3] == ["TRAIN", "DATA_LOADER", "TEST"]
     assert "MODEL" in cfg and dict(cfg.TFDET) == {
-        "STRATEGY": "", "ROI_ALIGN_ALIGNED": False, "DEVICE_MAP": {}, "MIXED_PRECISION": ""
+        "STRATEGY": "", "ROI_ALIGN_ALIGNED": False, "DEVICE_MAP": {}, "MIXED_PRECISION": "",
+        "ALLOW_AFFINE_FROM_SCRATCH": False,
     }
     assert not hasattr(cfg.MODEL, "NUM_CLASS")
     with pytest.raises(AttributeError, match="did you mean 'MODEL.NUM_CLASSES'"):
