@@ -8,7 +8,7 @@ that mean something), else Detectron's initialisation from RNG_SEED with the `cl
 photo (at Detectron's initial scale every class scores ~1/81 and every mask pixel ~0.5). With random
 weights the RPN's objectness is nearly tied over thousands of anchors, so bfloat16 rounding reorders
 the proposals and the agreement is a lower bound, not what a trained model shows. TEST.SCORE_THRESH 0. The same
-weights go into both models. Agreement per photo (benchmarks/detection_agreement.py): of the float32
+weights go into both models. Agreement per photo (tfdet.evaluation.agreement): of the float32
 model's top-k detections, how many the bfloat16 model finds again (same class, box IoU >= 0.5), their
 box shifts, score differences and mask IoUs.
 
@@ -23,7 +23,6 @@ import argparse
 import os
 import pathlib
 import statistics
-import sys
 import time
 import warnings
 
@@ -31,12 +30,10 @@ import cv2
 import numpy as np
 import tensorflow as tf
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from detection_agreement import detection_agreement  # noqa: E402
-
-from tfdet.config import load_config  # noqa: E402
-from tfdet.inference import Predictor  # noqa: E402
-from tfdet.preprocessing import batch_images, prepare_image  # noqa: E402
+from tfdet.config import load_config
+from tfdet.evaluation.agreement import detection_agreement
+from tfdet.inference import Predictor
+from tfdet.preprocessing import batch_images, prepare_image
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = ROOT.parent / "shared" / "detectron" / "configs" / "12_2017_baselines" / "e2e_mask_rcnn_R-50-FPN_1x.yaml"

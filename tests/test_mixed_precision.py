@@ -2,9 +2,6 @@
 positions in float32, bfloat16 inference against float32 (tolerances below), a bfloat16 training step against
 a float32 one, and Keras' loss scaling around Detectron's SGD (float16)."""
 
-import pathlib
-import sys
-
 import keras
 import numpy as np
 import pytest
@@ -15,12 +12,10 @@ from training_fixtures import first_batch, shapes_roidb, tiny_cfg
 from tfdet.config import load_config
 from tfdet.engine.optimizer import DetectronSGD, update_rules, variable_roles
 from tfdet.engine.trainer import Trainer
+from tfdet.evaluation.agreement import detection_agreement
 from tfdet.modeling import build_model
 from tfdet.modeling.detectron_names import model_blobs
 from tfdet.modeling.mixed_precision import dtype_policy_scope, policy_name
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-from detection_agreement import detection_agreement  # noqa: E402
 
 BF16 = ("TFDET.MIXED_PRECISION", "mixed_bfloat16")
 # Zeroed RPN output layers make every proposal an anchor ranked by index in both precisions, so the two
