@@ -74,3 +74,11 @@ def get_dataset(name):
                 f"dataset {name!r}: {path} not found (the data root is ${DATA_DIR_ENV}, now {data_root()})"
             )
     return spec
+
+
+def configured_datasets(names, config_key, need):
+    """The DatasetSpecs of `names`, the datasets the config key `config_key` lists (the training source or
+    target); ValueError "<need>: set <config_key>" when it lists none."""
+    if not names:
+        raise ValueError(f"{need}: set {config_key}")
+    return [get_dataset(name) for name in names]

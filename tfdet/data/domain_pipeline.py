@@ -23,7 +23,7 @@ import pathlib
 import numpy as np
 import tensorflow as tf
 
-from tfdet.data.catalog import get_dataset
+from tfdet.data.catalog import configured_datasets
 from tfdet.data.pipeline import build_train_dataset, replica_dataset_fn
 from tfdet.data.roidb import ImageRecord, Roidb
 
@@ -64,11 +64,9 @@ def target_image_records(annotation_file, image_dir, check_files=True):
 def target_roidb(cfg, dataset_names=None):
     """The target-domain Roidb of cfg.TRAIN.TARGET_DATASETS (or `dataset_names`): images, no ground truth."""
     names = tuple(dataset_names if dataset_names is not None else cfg.TRAIN.TARGET_DATASETS)
-    if not names:
-        raise ValueError("MODEL.DOMAIN_ADAPTATION_ON needs target-domain images: set TRAIN.TARGET_DATASETS")
+    need = "MODEL.DOMAIN_ADAPTATION_ON needs target-domain images"
     records = []
-    for name in names:
-        spec = get_dataset(name)
+    for spec in configured_datasets(names, "TRAIN.TARGET_DATASETS", need):
         records += target_image_records(spec.annotation_file, spec.image_dir)
     if not records:
         raise ValueError(f"the target datasets {', '.join(names)} hold no image")

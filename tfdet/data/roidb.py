@@ -33,7 +33,7 @@ import numpy as np
 import pycocotools.mask as mask_util
 from pycocotools.coco import COCO
 
-from tfdet.data.catalog import get_dataset
+from tfdet.data.catalog import configured_datasets
 from tfdet.data.keypoint_flips import keypoint_flip_pairs
 
 logger = logging.getLogger(__name__)
@@ -177,21 +177,17 @@ def concatenate_roidbs(roidbs):
 def training_roidb(cfg, dataset_names=None, keypoint_flip_map=None):
     """The Roidb of cfg.TRAIN.DATASETS (or `dataset_names`), named in `tfdet.data.catalog`."""
     names = tuple(dataset_names if dataset_names is not None else cfg.TRAIN.DATASETS)
-    if not names:
-        raise ValueError("no training dataset: set TRAIN.DATASETS")
-    roidbs = []
-    for name in names:
-        spec = get_dataset(name)
-        roidbs.append(
-            load_coco_roidb(
-                spec.annotation_file,
-                spec.image_dir,
-                with_masks=bool(cfg.MODEL.MASK_ON),
-                keypoints_required=bool(cfg.MODEL.KEYPOINTS_ON),
-                gt_min_area=cfg.TRAIN.GT_MIN_AREA,
-                keypoint_flip_map=keypoint_flip_map,
-            )
+    roidbs = [
+        load_coco_roidb(
+            spec.annotation_file,
+            spec.image_dir,
+            with_masks=bool(cfg.MODEL.MASK_ON),
+            keypoints_required=bool(cfg.MODEL.KEYPOINTS_ON),
+            gt_min_area=cfg.TRAIN.GT_MIN_AREA,
+            keypoint_flip_map=keypoint_flip_map,
         )
+        for spec in configured_datasets(names, "TRAIN.DATASETS", "no training dataset")
+    ]
     return concatenate_roidbs(roidbs)
 
 
