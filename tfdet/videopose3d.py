@@ -7,8 +7,15 @@ reads it), one entry per frame, frames without detections included:
   (class 1) lists one (4, K) float32 array per detection, rows x, y, heatmap logit, heatmap prob;
 - `segments[f]`: None without masks or detections, else per-class lists of COCO RLEs;
 - `metadata`: {'w': width, 'h': height} of the video.
-The per-frame lists are pickled object arrays, so readers load with `allow_pickle=True`.
+The per-frame lists are pickled object arrays, so readers load with `allow_pickle=True`. They are
+pickled so that numpy 1.x and 2.x both load them (`save_npz`): numpy 2's own pickles name
+`numpy._core`, a module numpy < 1.26 lacks, and VideoPose3D's users often run numpy 1.x.
 """
+
+import copyreg
+import operator
+import pickle
+import zipfile
 
 import numpy as np
 import pycocotools.mask as mask_util
@@ -66,15 +73,53 @@ class VideoPose3DArchive:
         self.keypoints.append(cls_keyps)
 
     def save(self, path, width, height):
-        """Write the archive to `path` (np.savez_compressed; give the full name, `.npz` included)."""
-        with open(path, "wb") as f:
-            np.savez_compressed(
-                f,
-                boxes=_object_array(self.boxes),
-                segments=_object_array(self.segments),
-                keypoints=_object_array(self.keypoints),
-                metadata={"w": int(width), "h": int(height)},
-            )
+        """Write the archive to `path` (give the full name, `.npz` included); numpy 1.x and 2.x load it."""
+        save_npz(
+            path,
+            boxes=_object_array(self.boxes),
+            segments=_object_array(self.segments),
+            keypoints=_object_array(self.keypoints),
+            metadata=np.array({"w": int(width), "h": int(height)}, dtype=object),
+        )
+
+
+def save_npz(path, **arrays):
+    """np.savez_compressed's archive of `arrays`, any object array pickled by `PortablePickler`.
+
+    Members are `<name>.npy` (format 1.0 headers), deflated, as numpy writes them; `np.load` of
+    numpy 1.x and 2.x reads the file.
+    """
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as archive:
+        for name, array in arrays.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                write_npy(member, np.asanyarray(array))
+
+
+def write_npy(f, array):
+    """One `.npy` file of `array`: numpy's own writer, but object arrays through `PortablePickler`."""
+    if not array.dtype.hasobject:
+        np.lib.format.write_array(f, array)
+        return
+    np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(array))
+    PortablePickler(f, protocol=4).dump(array)  # as numpy 2's np.save (numpy 1.x's 3 compresses worse); Python >= 3.4
+
+
+class PortablePickler(pickle.Pickler):
+    """Pickles numpy arrays and scalars under names that numpy 1.x and 2.x both have.
+
+    numpy 2 pickles an array as `numpy._core.multiarray._reconstruct(...)` and a scalar as
+    `numpy._core.multiarray.scalar(...)`; numpy < 1.26 has no `numpy._core` and cannot load them.
+    Here an array is `numpy.ndarray.__new__(numpy.ndarray, (0,), "b")` (the NEWOBJ opcode) given
+    the array's own `__setstate__` state, as numpy's `_reconstruct` does, and a scalar is its
+    0-d array indexed with `()` (`_operator.getitem`). Dtypes pickle as `numpy.dtype` already.
+    """
+
+    def reducer_override(self, obj):
+        if type(obj) is np.ndarray:
+            return copyreg.__newobj__, (np.ndarray, (0,), "b"), obj.__reduce__()[2]
+        if isinstance(obj, np.generic):
+            return operator.getitem, (np.asarray(obj), ())
+        return NotImplemented
 
 
 def _object_array(items):
