@@ -33,7 +33,6 @@ import tensorflow as tf
 from tfdet.config import load_config
 from tfdet.evaluation.agreement import detection_agreement
 from tfdet.inference import Predictor
-from tfdet.preprocessing import batch_images, prepare_image
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = ROOT.parent / "shared" / "detectron" / "configs" / "12_2017_baselines" / "e2e_mask_rcnn_R-50-FPN_1x.yaml"
@@ -66,19 +65,13 @@ def conv_seconds(dtype, repeats=3):
     return statistics.median(times)
 
 
-def model_inputs(cfg, image):
-    resized, scale = prepare_image(image, cfg.PIXEL_MEANS, cfg.TEST.SCALE, cfg.TEST.MAX_SIZE)
-    blob = batch_images([resized], cfg.FPN.COARSEST_STRIDE)
-    return {"images": blob, "image_info": np.array([[image.shape[0], image.shape[1], scale]], np.float32)}
-
-
 def sharpen_logits(predictor, image):
     """Rescale the kernels of RESCALED_LOGITS so their logits on `image` have TARGET_LOGIT_STD (see docstring)."""
     import keras
 
     model = predictor.model
     probe = keras.Model(model.inputs, [model.get_layer(name).output for name in RESCALED_LOGITS])
-    logits = probe(model_inputs(predictor.cfg, image))
+    logits = probe(predictor.model_inputs([image]))
     for name, values in zip(RESCALED_LOGITS, logits):
         kernel = model.get_layer(name).kernel
         kernel.assign(kernel * (TARGET_LOGIT_STD / float(np.std(values.numpy()))))
