@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import io
 import json
+import logging
 import os
 import pathlib
 import sys
@@ -141,19 +142,29 @@ def read_metrics(train_dir):
 
 
 def ap_meaning(metrics, num_images):
-    """Two lines: what the APs on shapes_val are and how to read them."""
+    """Two lines: the APs on shapes_val and how to read them."""
     bbox = metrics["bbox"]
-    others = ", ".join(f"{iou_type} AP {stats['AP']:.3f}" for iou_type, stats in metrics.items() if iou_type != "bbox")
+    others = {iou_type: stats["AP"] for iou_type, stats in metrics.items() if iou_type != "bbox"}
+    scored = {"segm": "the masks", "keypoints": "the keypoints (by OKS)"}
+    rest = "".join(f", {iou_type} AP {ap:.3f} scores {scored[iou_type]}" for iou_type, ap in others.items())
     return (
-        f"bbox AP {bbox['AP']:.3f}: COCO's mean average precision over box IoU 0.50:0.95 on the {num_images} "
-        f"{VAL_DATASET} images (1.0 would be perfect);\nAP50 {bbox['AP50']:.3f} counts a box right when it "
-        f"overlaps its shape by half. The same AP for the masks and keypoints (OKS): {others}."
+        f"bbox AP {bbox['AP']:.3f}: COCO's mean average precision over box IoU thresholds 0.50:0.95 on the "
+        f"{num_images} {VAL_DATASET} images (1.0 would be perfect);\nAP50 {bbox['AP50']:.3f}: the same at IoU 0.5 "
+        f"alone{rest}."
     )
+
+
+def quiet_libraries():
+    """Warnings and errors only from TensorFlow (C++ and Python) and absl, whose info lines would fill screens;
+    tfdet's own info lines stay. Set before the commands run, whose logging setup then keeps it."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("tfdet").setLevel(logging.INFO)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ info and warnings would fill screens
+    quiet_libraries()
     from tfdet.config import load_config
     from tfdet.config.errors import ConfigError
 
@@ -225,8 +236,7 @@ def run_stages(args, cfg, out):
         ])
         found, false = found_shapes(annotations, load_coco(output / "detections.json"), args.thresh)
         pictures.append(output / f"{image_path.name}.png")
-        progress.end(f"{found} of {len(annotations)} shapes found, {false} false detections "
-                     f"(score >= {args.thresh}, box IoU >= {MATCH_IOU}): {pictures[-1]}")
+        progress.end(f"{found} of {len(annotations)} shapes found, {false} false detections: {pictures[-1]}")
 
     progress.start("export the SavedModel")
     progress.command("export", export.main,
@@ -240,7 +250,8 @@ def run_stages(args, cfg, out):
         ("training", f"{train_dir} (checkpoints, model_final.weights.h5, config.yaml, metrics.json)"),
         ("metrics", train_dir / f"metrics_{VAL_DATASET}.json"),
         ("pictures", pictures[0]),
-        ("", f"{pictures[1]} (shapes' ground truth: {photo_json})"),
+        ("", pictures[1]),
+        ("its truth", f"{photo_json} (the painted shapes, COCO json)"),
         ("SavedModel", savedmodel_dir),
         ("serve it", f'docker run --rm -p 8501:8501 -v "{served}:/models/{SAVEDMODEL_NAME}" '
                      f"-e MODEL_NAME={SAVEDMODEL_NAME} tensorflow/serving"),
@@ -249,6 +260,7 @@ def run_stages(args, cfg, out):
         ("logs", progress.log_dir),
     ):
         print(f"  {label:10s} {value}")
+    print(f"A shape is found by a detection of its class scoring >= {args.thresh} with box IoU >= {MATCH_IOU}.")
     print(ap_meaning(metrics, len(val_coco["images"])))
     return 0
 
