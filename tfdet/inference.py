@@ -34,6 +34,7 @@ class Predictor:
                 }
             ],
             reduce_retracing=True,
+            autograph=False,  # the model uses TF control flow explicitly; converting its code costs seconds
         )
         self._paste = tf.function(
             paste_masks,

@@ -89,7 +89,9 @@ def build_domain_dataset(cfg, source_roidb, target_roidb, **kwargs):
     target_cfg.RNG_SEED = cfg.RNG_SEED + TARGET_SEED_OFFSET
     source = build_train_dataset(half, source_roidb, **kwargs)
     target = build_train_dataset(target_cfg, target_roidb, **kwargs)
-    return tf.data.Dataset.zip(source, target).map(concatenate_domains, num_parallel_calls=tf.data.AUTOTUNE)
+    return tf.data.Dataset.zip(source, target).map(
+        tf.autograph.experimental.do_not_convert(concatenate_domains), num_parallel_calls=tf.data.AUTOTUNE
+    )
 
 
 def distributed_domain_dataset_fn(cfg, source_roidb, target_roidb, *, start_step=0, **kwargs):

@@ -102,13 +102,15 @@ def build_train_dataset(
     first_batch = int(start_step) * int(batches_per_step)
     order = _BatchOrder(cfg, roidb)
     loader = _ImageLoader(cfg, roidb, num_gt_slots(roidb, max_gt), flip)
+    # The functions use TF control flow explicitly: AutoGraph would only spend seconds converting them.
     dataset = (
         tf.data.Dataset.counter(first_batch // per_epoch)
-        .flat_map(order.epoch)
+        .flat_map(tf.autograph.experimental.do_not_convert(order.epoch))
         .skip(first_batch % per_epoch)
         .shard(num_shards, shard_index)
         .unbatch()
-        .map(loader, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .map(tf.autograph.experimental.do_not_convert(loader.__call__), num_parallel_calls=tf.data.AUTOTUNE,
+             deterministic=True)
         .padded_batch(batch_size, drop_remainder=True)
     )
     return dataset.prefetch(tf.data.AUTOTUNE)

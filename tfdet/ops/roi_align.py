@@ -101,14 +101,17 @@ def crop_and_resize(image, boxes, box_indices, crop_size):
     This gradient takes the kernel's sample positions and sums each sample's four bilinear corner
     contributions per pixel with segment sums: deterministic, nothing lost.
     """
+    # boxes and box_indices are arguments (with no gradient), not captures: in graph mode tf.custom_gradient
+    # walks the graph back from the crops to its arguments, and a capture would send it through the whole
+    # network that computed the boxes (0.5 s of tracing per call on the tiny model).
     @tf.custom_gradient
-    def crop(image):
+    def crop(image, boxes, box_indices):
         def gradient(upstream):
-            return _crop_and_resize_image_gradient(upstream, boxes, box_indices, tf.shape(image))
+            return _crop_and_resize_image_gradient(upstream, boxes, box_indices, tf.shape(image)), None, None
 
         return tf.image.crop_and_resize(image, boxes, box_indices, crop_size), gradient
 
-    return crop(image)
+    return crop(image, boxes, box_indices)
 
 
 def _crop_and_resize_image_gradient(upstream, boxes, box_indices, image_shape):
