@@ -16,6 +16,11 @@ weights back as a Detectron file (`{'blobs', 'cfg'}`, protocol 2, Caffe2 names a
 the preserved blobs of the port when DIR holds them.
 """
 
+if __name__ == "__main__":  # before TensorFlow is imported: its native log records stay off the terminal
+    from tfdet.console import quiet_native_logs
+
+    quiet_native_logs()
+
 import argparse
 import pathlib
 import sys
@@ -24,6 +29,7 @@ import warnings
 import numpy as np
 
 from porting.pickle_reader import WeightFileError
+from tfdet.console import add_verbose_flag
 
 PRESERVED_FILE = "preserved_blobs.npz"
 
@@ -32,18 +38,21 @@ def _parse(argv):
     parser = argparse.ArgumentParser(prog="python -m porting", description="Port legacy detector weights.")
     commands = parser.add_subparsers(dest="command", required=True)
     detectron = commands.add_parser("detectron", help="port a Detectron .pkl (model_final.pkl, R-50.pkl, ...)")
+    add_verbose_flag(detectron)
     detectron.add_argument("--cfg", help="Detectron YAML config of the model (default: the config saved in the file)")
     detectron.add_argument("--weights", required=True, help="Detectron .pkl weight file")
     detectron.add_argument("--out", required=True, help="output folder")
     detectron.add_argument("--allow-missing", action="store_true", help="accept blobs absent from the file (ImageNet backbones)")
     detectron.add_argument("opts", nargs="*", help="config overrides KEY VALUE ...")
     benchmark = commands.add_parser("maskrcnn-benchmark", help="port a maskrcnn-benchmark .pth (read without torch)")
+    add_verbose_flag(benchmark)
     benchmark.add_argument("--cfg", required=True, help="Detectron-style YAML config of the model")
     benchmark.add_argument("--weights", required=True, help="maskrcnn-benchmark .pth checkpoint or state dict")
     benchmark.add_argument("--out", required=True, help="output folder")
     benchmark.add_argument("--allow-missing", action="store_true", help="accept weights absent from the file")
     benchmark.add_argument("opts", nargs="*", help="config overrides KEY VALUE ...")
     export = commands.add_parser("export-detectron", help="write tfdet weights as a Detectron .pkl")
+    add_verbose_flag(export)
     export.add_argument("--cfg", help="YAML config of the model (default: config.yaml next to --weights)")
     export.add_argument("--weights", required=True, help="our .weights.h5 file")
     export.add_argument("--out", required=True, help="output .pkl path")

@@ -9,6 +9,11 @@ cropped to each image's detections). REST uses only the standard library; gRPC n
     python -m savedmodel.client --url grpc://localhost:8500 --model mask_rcnn --image photo.jpg
 """
 
+if __name__ == "__main__":  # before TensorFlow is imported: its native log records stay off the terminal
+    from tfdet.console import quiet_native_logs
+
+    quiet_native_logs()
+
 import argparse
 import base64
 import json
@@ -22,6 +27,7 @@ import urllib.request
 import numpy as np
 
 from savedmodel import outputs as names
+from tfdet.console import add_verbose_flag
 
 # dtypes of the signature outputs, which REST's JSON does not carry; masks depend on the format.
 _OUTPUT_DTYPES = {
@@ -241,6 +247,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m savedmodel.client", description="Detect with a served tfdet model."
     )
+    add_verbose_flag(parser)
     parser.add_argument(
         "--url",
         required=True,

@@ -7,6 +7,11 @@ Detectron `.pkl`. An existing version is refused unless `--overwrite`; the versi
 complete or not at all (written beside it under a name TF Serving ignores, then renamed).
 """
 
+if __name__ == "__main__":  # before TensorFlow is imported: its native log records stay off the terminal
+    from tfdet.console import quiet_native_logs
+
+    quiet_native_logs()
+
 import argparse
 import pathlib
 import shutil
@@ -14,6 +19,7 @@ import sys
 import uuid
 
 from savedmodel.outputs import MASK_FORMATS
+from tfdet.console import add_verbose_flag
 
 
 class ExportError(Exception):
@@ -77,6 +83,7 @@ def _parse(argv):
     parser = argparse.ArgumentParser(
         prog="python -m savedmodel.export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    add_verbose_flag(parser)
     parser.add_argument("--cfg", required=True, help="YAML config of the model (Detectron's own or ours)")
     parser.add_argument("--weights", required=True, help="our .weights.h5 or a Detectron .pkl")
     parser.add_argument("--out", required=True, help="BASE/NAME/VERSION, VERSION an integer")

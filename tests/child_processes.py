@@ -1,8 +1,10 @@
 """Helpers of the tests that run functions of a test module in child processes (logical CPUs and
-multi-worker clusters need a fresh TensorFlow), and free local ports for multi-worker clusters."""
+multi-worker clusters need a fresh TensorFlow), free local ports for multi-worker clusters, and the
+recognition of TensorFlow's native log records in a command line's stderr."""
 
 import os
 import pathlib
+import re
 import socket
 import subprocess
 import sys
@@ -34,3 +36,16 @@ def free_ports(count):
     for s in sockets:
         s.close()
     return ports
+
+
+# Lines TensorFlow's native side writes: absl/glog records ("I0000 00:00:17956.. 123 file.cc:45] ..."), absl's
+# pre-initialisation notice, and the CPU feature notice's second line.
+_NATIVE_RECORD = re.compile(
+    r"^[IWEF]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ \S+:\d+\]|absl::InitializeLog|^To enable the following instructions:",
+    re.M,
+)
+
+
+def native_log_records(text):
+    """The lines of `text` (a child's stderr) that TensorFlow's C++ side wrote."""
+    return [match.group(0) for match in _NATIVE_RECORD.finditer(text)]

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from pycocotools.coco import COCO
 
+from child_processes import native_log_records
 from conftest import REPO_ROOT, shared_path
 from tfdet.config import load_config
 from tfdet.data.coco_classes import model_categories
@@ -85,7 +86,8 @@ def test_mask_rcnn_subprocess_with_detectron_command_line(tmp_path):
                str(folder), "TEST.SCALE", "256", "TEST.MAX_SIZE", "384"] + MODEL_OVERRIDES  # fmt: skip
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "2 images" in done.stdout and "mean latency" in done.stdout
+    assert "2 images" in done.stdout and "warm-up: the first image took" in done.stdout and "steady:" in done.stdout
+    assert native_log_records(done.stderr) == [], "TensorFlow's native log records reach the terminal"
 
     ids = image_ids_by_name(output)
     assert sorted(ids) == sorted(p.name for p in demo_photos())

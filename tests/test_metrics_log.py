@@ -1,6 +1,7 @@
 """Training statistics as Detectron logs them: window medians, json_stats lines, metrics.json, TensorBoard."""
 
 import json
+import time
 
 import tensorflow as tf
 
@@ -41,8 +42,9 @@ def test_records_every_log_period_and_at_the_last_iteration(tmp_path, capsys):
     assert at_20["accuracy_cls"] == 0.5 and at_20["lr"] == 0.01
     assert at_20["images_per_sec"] > 0 and at_20["mem"] > 0 and at_20["time"] > 0
     assert at_20["eta"].count(":") == 2     # H:MM:SS
-    # the timer restarts after the first 20 iterations (Detectron drops the warm-up outliers)
-    assert timer_calls[19] == 20 and timer_calls[20] == 0 and timer_calls[40] == 20
+    # the run's first iteration never enters the mean; the timer restarts after the first 20 iterations
+    # (Detectron drops the warm-up outliers)
+    assert timer_calls[0] == 0 and timer_calls[19] == 19 and timer_calls[20] == 0 and timer_calls[40] == 20
 
     lines = [json.loads(line) for line in (tmp_path / "metrics.json").read_text().splitlines()]
     assert [line["iter"] for line in lines] == [0, 20, 40, 44] and lines[1]["loss"] == 11.5
@@ -52,6 +54,23 @@ def test_records_every_log_period_and_at_the_last_iteration(tmp_path, capsys):
     shown = json.loads(printed[1][len("json_stats: "):])
     assert list(shown) == sorted(shown)
     assert shown["lr"] == "0.010000" and shown["loss"] == "11.500000" and shown["iter"] == 20
+
+
+def test_a_slow_first_iteration_gives_no_eta_and_stays_out_of_later_ones(tmp_path):
+    """The first iteration traces the training step: its time must not make the ETA hours long."""
+    stats = TrainingStats(1000, None, images_per_iter=2, progress=False)
+    records = []
+    for it in range(21):
+        stats.iter_tic()
+        if it == 0:
+            time.sleep(0.3)
+        stats.iter_toc()
+        stats.update({"loss_a": 1.0})
+        records.append(stats.log_iteration(it, lr=0.01))
+    stats.close()
+    first, at_20 = records[0], records[20]
+    assert first["eta"] == "unknown" and first["time"] >= 0.3
+    assert at_20["time"] < 0.01 and at_20["eta"] == "0:00:00"  # with the first in the mean: 0.015 s * 980 = 0:00:14
 
 
 def test_tensorboard_scalars(tmp_path):

@@ -21,18 +21,24 @@ The last lines say where each output is and what the APs mean. Exit status: 0 do
 argument, config or photo, else the status of the command that failed.
 """
 
+if __name__ == "__main__":  # before TensorFlow is imported: its native log records stay off the terminal
+    from tfdet.console import quiet_native_logs
+
+    quiet_native_logs()
+
 import argparse
 import contextlib
 import io
 import json
 import logging
-import os
 import pathlib
 import sys
 import time
 
 import numpy as np
 import pycocotools.mask as mask_util
+
+from tfdet.console import add_verbose_flag
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "shapes_tiny_mask_keypoint.yaml"
@@ -52,6 +58,7 @@ def parse_args(argv=None):
     parser.add_argument("--photo", default=str(DEMO_PHOTO), help="a photo to paint shapes on and detect them")
     parser.add_argument("--seed", type=int, default=0, help="seed of the shapes painted on the photo (0)")
     parser.add_argument("--thresh", type=float, default=0.5, help="score threshold of the pictures (0.5)")
+    add_verbose_flag(parser)
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides: KEY VALUE ...")
     return parser.parse_args(argv)
 
@@ -155,9 +162,9 @@ def ap_meaning(metrics, num_images):
 
 
 def quiet_libraries():
-    """Warnings and errors only from TensorFlow (C++ and Python) and absl, whose info lines would fill screens;
-    tfdet's own info lines stay. Set before the commands run, whose logging setup then keeps it."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    """Python-side warnings and errors only from TensorFlow and absl, whose info lines would fill screens;
+    tfdet's own info lines stay (the native side is quieted by tfdet.console). Set before the commands run,
+    whose logging setup then keeps it."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("tfdet").setLevel(logging.INFO)
 

@@ -11,6 +11,11 @@ be read are reported, left out of the evaluation, and make the exit status 1; ba
 missing files give a one-line error and exit status 2.
 """
 
+if __name__ == "__main__":  # before TensorFlow is imported: its native log records stay off the terminal
+    from tfdet.console import quiet_native_logs
+
+    quiet_native_logs()
+
 import argparse
 import pathlib
 import sys
@@ -19,6 +24,7 @@ from tqdm import tqdm
 
 from tfdet.config import load_config
 from tfdet.config.errors import ConfigError
+from tfdet.console import add_verbose_flag
 from tfdet.data.catalog import DatasetSpec, get_dataset
 from tfdet.evaluation import (
     contiguous_to_json_ids,
@@ -39,6 +45,7 @@ class UsageError(Exception):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tfdet.evaluate", description=__doc__.split("\n")[0])
+    add_verbose_flag(parser)
     parser.add_argument("--cfg", help="config YAML (Detectron keys)")
     parser.add_argument("--weights", help="model weights: our .weights.h5 or a Detectron .pkl")
     parser.add_argument("--dataset", help="a dataset name of tfdet.data.catalog (default: TEST.DATASETS[0])")

@@ -20,6 +20,11 @@ Written to the output folder, each named after its input file (Detectron's `<fil
 Unreadable inputs are reported and skipped; the exit status is 1 if any failed.
 """
 
+if __name__ == "__main__":  # before TensorFlow is imported: its native log records stay off the terminal
+    from tfdet.console import quiet_native_logs
+
+    quiet_native_logs()
+
 import argparse
 import json
 import pathlib
@@ -32,6 +37,7 @@ import numpy as np
 from tqdm import tqdm
 
 from tfdet.config import load_config
+from tfdet.console import add_verbose_flag
 from tfdet.data.coco_classes import model_categories
 from tfdet.evaluation.results import KEYPOINT_CONFIDENCES, detections_to_coco, write_results
 from tfdet.image_io import (
@@ -60,6 +66,7 @@ def build_parser():
         prog="python -m tfdet.infer",
         description="Detect objects in images, folders, globs or videos; write pictures and COCO json.",
     )
+    add_verbose_flag(parser)
     parser.add_argument("--cfg", required=True, help="config YAML (Detectron's own zoo files load unchanged)")
     parser.add_argument("--weights", "--wts", dest="weights", help="our .weights.h5 or a Detectron .pkl")
     parser.add_argument("--input", help="image, folder, glob pattern or video (or give it as the positional)")
@@ -130,15 +137,13 @@ class RunLog:
             f"{self.pictures} pictures or videos written"
         ]
         if self.latencies:
-            later = self.latencies[1:] or self.latencies
-            lines.append(
-                f"mean latency {1000 * np.mean(later):.1f} ms per image"
-                + (
-                    f" (the first, {1000 * self.latencies[0]:.0f} ms with graph tracing, excluded)"
-                    if len(self.latencies) > 1
-                    else ""
+            lines.append(f"warm-up: the first image took {1000 * self.latencies[0]:.0f} ms (graph tracing and set-up)")
+            steady = self.latencies[1:]
+            if steady:
+                lines.append(
+                    f"steady: median {1000 * np.median(steady):.1f} ms, mean {1000 * np.mean(steady):.1f} ms per image "
+                    f"over the other {len(steady)}"
                 )
-            )
         if self.failures:
             lines.append(f"{len(self.failures)} inputs failed:")
             lines += [f"  {path}: {reason}" for path, reason in self.failures]

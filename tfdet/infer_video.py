@@ -19,11 +19,17 @@ It runs `python -m tfdet.infer --videopose3d --no-vis` (which also writes `detec
 are accepted and, as in VideoPose3D's script, change nothing: no pictures are written.
 """
 
+if __name__ == "__main__":  # before TensorFlow is imported: its native log records stay off the terminal
+    from tfdet.console import quiet_native_logs
+
+    quiet_native_logs()
+
 import argparse
 import glob
 import os
 import sys
 
+from tfdet.console import add_verbose_flag
 from tfdet.image_io import VIDEO_EXTENSIONS, is_video, list_inputs
 
 
@@ -36,6 +42,7 @@ def build_parser():
         prog="python -m tfdet.infer_video",
         description="VideoPose3D's infer_video.py: per video, VideoPose3D's 2D keypoint archive <name>.npz.",
     )
+    add_verbose_flag(parser)
     parser.add_argument("--cfg", required=True, help="cfg model file (/path/to/model_config.yaml)")
     parser.add_argument("--wts", dest="weights", required=True, help="our .weights.h5 or a Detectron .pkl")
     parser.add_argument(

@@ -17,6 +17,11 @@ Exit status: 0 done; 1 a loss became NaN/inf (nothing was saved for that iterati
 evaluation image could not be read; 2 bad arguments, config or files (one-line error).
 """
 
+if __name__ == "__main__":  # before TensorFlow is imported: its native log records stay off the terminal
+    from tfdet.console import quiet_native_logs
+
+    quiet_native_logs()
+
 import argparse
 import logging
 import pathlib
@@ -25,10 +30,12 @@ import sys
 from tfdet import evaluate
 from tfdet.config import load_config
 from tfdet.config.errors import ConfigError
+from tfdet.console import add_verbose_flag
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tfdet.train", description=__doc__.split("\n")[0])
+    add_verbose_flag(parser)
     parser.add_argument("--cfg", dest="cfg_file", required=True, help="config YAML (Detectron keys)")
     parser.add_argument("--skip-test", action="store_true", help="do not evaluate the final model")
     parser.add_argument("--multi-gpu-testing", action="store_true",

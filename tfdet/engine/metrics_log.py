@@ -9,7 +9,10 @@ to stdout as Detectron prints it (`json_stats: {...}`, sorted keys, floats as "%
 `<output_dir>/metrics.json` (one JSON object per line, plain numbers) and as TensorBoard scalars in
 `<output_dir>/tensorboard`. Detectron's `mb_qsize` (its Python loader queue) has no tf.data counterpart
 and is left out. The iteration timer restarts after the first LOG_PERIOD iterations to drop warm-up
-outliers, as Detectron does.
+outliers, as Detectron does; the run's first iteration (where the training step is traced and optimised,
+often longer than a hundred later ones) never enters the mean, so the ETA is sane from the second
+iteration on: the first record's `time` is that first iteration's and its `eta` is "unknown". The tqdm bar
+starts after the first iteration for the same reason.
 """
 
 import collections
@@ -51,9 +54,11 @@ class SmoothedValue:
 
 
 class IterationTimer:
-    """Mean wall time of the timed iterations since the last reset."""
+    """Mean wall time of the timed iterations since the last reset; the very first iteration timed (a run's
+    warm-up: tracing, graph optimisation) is kept apart in `first` and never enters the mean."""
 
     def __init__(self):
+        self.first = None
         self.reset()
 
     def reset(self):
@@ -65,7 +70,11 @@ class IterationTimer:
         self._start = time.perf_counter()
 
     def toc(self):
-        self.total += time.perf_counter() - self._start
+        elapsed = time.perf_counter() - self._start
+        if self.first is None:
+            self.first = elapsed
+            return
+        self.total += elapsed
         self.calls += 1
 
     @property
@@ -120,8 +129,8 @@ class TrainingStats:
             os.makedirs(output_dir, exist_ok=True)
             self.metrics_file = open(os.path.join(output_dir, "metrics.json"), "a", encoding="utf-8")
             self.writer = tf.summary.create_file_writer(os.path.join(output_dir, "tensorboard"))
-        show_bar = sys.stdout.isatty() if progress is None else progress
-        self.bar = tqdm(total=max_iter, initial=start_iter, dynamic_ncols=True) if is_chief and show_bar else None
+        self.show_bar = is_chief and (sys.stdout.isatty() if progress is None else progress)
+        self.bar = None  # started after the first iteration, whose tracing would skew its rate
 
     def iter_tic(self):
         self.timer.tic()
@@ -139,12 +148,13 @@ class TrainingStats:
 
     def stats(self, cur_iter, lr):
         """The record Detectron logs at `cur_iter` (a dict of numbers and the eta string)."""
-        average_time = self.timer.average
+        steady = self.timer.calls > 0
+        average_time = self.timer.average if steady else (self.timer.first or 0.0)
         record = {
             "iter": int(cur_iter),
             "lr": float(lr),
             "time": average_time,
-            "eta": str(datetime.timedelta(seconds=int(average_time * (self.max_iter - cur_iter)))),
+            "eta": str(datetime.timedelta(seconds=int(average_time * (self.max_iter - cur_iter)))) if steady else "unknown",
             "loss": self.smoothed_total_loss.median(),
             "images_per_sec": self.images_per_iter / average_time if average_time else 0.0,
             "mem": peak_memory_mb(),
@@ -156,6 +166,8 @@ class TrainingStats:
         """Advance the bar; every log_period iterations (and the last) write the record; returns it or None."""
         if self.bar is not None:
             self.bar.update(1)
+        elif self.show_bar:
+            self.bar = tqdm(total=self.max_iter, initial=cur_iter + 1, dynamic_ncols=True)
         record = None
         if self.is_chief and (cur_iter % self.log_period == 0 or cur_iter == self.max_iter - 1):
             record = self.stats(cur_iter, lr)

@@ -13,6 +13,11 @@ device. Ops inside nested functions (while-loop bodies of per-image maps) are co
 calling op.
 """
 
+if __name__ == "__main__":  # before TensorFlow is imported: its native log records stay off the terminal
+    from tfdet.console import quiet_native_logs
+
+    quiet_native_logs()
+
 import argparse
 import collections
 import dataclasses
@@ -23,6 +28,7 @@ import tempfile
 
 import tensorflow as tf
 
+from tfdet.console import add_verbose_flag
 from tfdet.modeling.device_map import PARTS, layer_part, leaf_layers
 
 DEFAULT_DEVICE = "(default)"
@@ -132,6 +138,7 @@ def summary(placements):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tfdet.engine.op_devices", description=__doc__.split("\n")[0])
+    add_verbose_flag(parser)
     parser.add_argument("--cfg", dest="cfg_file", required=True, help="config YAML (Detectron keys)")
     parser.add_argument("--logical-cpus", type=int, default=0,
                         help="split the CPU into this many logical devices (/CPU:0 ..) to try a map without GPUs")

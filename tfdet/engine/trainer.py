@@ -256,6 +256,8 @@ class Trainer:
         saved_at = start_iter
         try:
             iterator = iter(self.distributed_dataset(start_iter))
+            if chief and start_iter < cfg.SOLVER.MAX_ITER:
+                logger.info("iteration %d: tracing and optimising the training step (once per run)", start_iter)
             for cur_iter in range(start_iter, cfg.SOLVER.MAX_ITER):
                 stats.iter_tic()
                 outputs = self.train_step(next(iterator))

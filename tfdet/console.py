@@ -1,0 +1,50 @@
+"""A quiet terminal for the command lines: TensorFlow's native log records stay off it unless asked for.
+
+TensorFlow's C++ side (absl's "All log messages before absl::InitializeLog()", oneDNN and CUDA probes,
+cpu_feature_guard, Grappler) writes straight to file descriptor 2, some of it before TF_CPP_MIN_LOG_LEVEL
+is read and whatever that level says. So a command line, first thing, before TensorFlow is imported:
+
+    if __name__ == "__main__":
+        from tfdet.console import quiet_native_logs
+        quiet_native_logs()
+
+Python's own stderr (our logging, progress bars, warnings, tracebacks) is moved to a copy of the
+terminal's descriptor and keeps writing there; descriptor 2 itself, where only native code writes, then
+points at the null device. `--verbose` on the command line or TFDET_VERBOSE=1 leaves everything as it is.
+"""
+
+import logging
+import os
+import sys
+
+VERBOSE_FLAG = "--verbose"
+VERBOSE_ENV = "TFDET_VERBOSE"
+VERBOSE_HELP = f"show TensorFlow's own log records too (or set {VERBOSE_ENV}=1)"
+
+
+def wants_verbose(argv=None):
+    """True when the command line has --verbose or TFDET_VERBOSE is set to something other than 0."""
+    argv = sys.argv[1:] if argv is None else argv
+    return VERBOSE_FLAG in argv or os.environ.get(VERBOSE_ENV, "0") not in ("", "0")
+
+
+def quiet_native_logs(argv=None):
+    """Unless verbose, send native writes to descriptor 2 to the null device and keep Python's stderr on
+    the terminal; TensorFlow's Python-side log records below ERROR are dropped too. Returns whether it did."""
+    if wants_verbose(argv):
+        return False
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    sys.stderr = os.fdopen(terminal, "w", buffering=1, encoding=sys.stderr.encoding, errors="backslashreplace")
+    sys.__stderr__ = sys.stderr  # tqdm and logging fall back to it
+    return True
+
+
+def add_verbose_flag(parser):
+    """Declare --verbose on an argparse parser (quiet_native_logs has read it before TensorFlow loaded)."""
+    parser.add_argument(VERBOSE_FLAG, action="store_true", help=VERBOSE_HELP)
