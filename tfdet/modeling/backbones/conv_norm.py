@@ -8,7 +8,7 @@
 
 import keras
 
-from tfdet.layers import AffineChannel, CaffeConv2D
+from tfdet.layers import AffineChannel, CaffeConv2D, GroupNormalization
 
 # Caffe2's XavierFill: uniform in +-sqrt(3 / fan_in), fan_in = in_channels / groups * kh * kw.
 XAVIER_FILL = "lecun_uniform"
@@ -83,7 +83,7 @@ def conv_affine(x, cfg, name, filters, kernel_size, trainable=True, norm_name=No
 def conv_gn(x, cfg, name, filters, kernel_size, trainable=True, **conv_args):
     """Conv without bias, then GroupNorm `<name>_gn` with Detectron's group rule (ConvGN)."""
     x = conv(x, name, filters, kernel_size, use_bias=False, trainable=trainable, **conv_args)
-    norm = keras.layers.GroupNormalization(
+    norm = GroupNormalization(
         groups=group_norm_groups(cfg, filters), epsilon=cfg.GROUP_NORM.EPSILON, name=f"{name}_gn"
     )
     return frozen_unless(norm, trainable)(x)
