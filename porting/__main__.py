@@ -110,7 +110,7 @@ def port_detectron(args):
     from tfdet.config import load_config
 
     try:
-        weight_file = read_weight_file(args.weights)
+        weight_file = read_weight_file(args.weights, progress=True)
     except WeightFileError as error:
         return _error(error, 2)
     with warnings.catch_warnings(record=True) as caught:

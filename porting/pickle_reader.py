@@ -41,6 +41,7 @@ import pickle
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 __all__ = [
     "WeightFile",
@@ -261,7 +262,7 @@ def opened_with_head(path, noun, expected, head_size):
         yield f, head
 
 
-def _unpickle(path: str) -> Any:
+def _unpickle(path: str, progress=False) -> Any:
     with opened_with_head(path, "weight file", "a pickle file", 4) as (f, head):
         if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
             raise file_error(
@@ -276,7 +277,12 @@ def _unpickle(path: str) -> Any:
                 f"file starts with {head!r}",
             )
         f.seek(0)
-        return load_restricted(RestrictedUnpickler(f, path), path)
+        if not progress:
+            return load_restricted(RestrictedUnpickler(f, path), path)
+        size = os.fstat(f.fileno()).st_size
+        with tqdm.wrapattr(f, "read", total=size, desc=f"reading {os.path.basename(path)}", unit="B", unit_scale=True,
+                           unit_divisor=1024, leave=False, disable=None) as counted:
+            return load_restricted(RestrictedUnpickler(counted, path), path)
 
 
 def load_restricted(unpickler: RestrictedUnpickler, path: str) -> Any:
@@ -318,15 +324,16 @@ def _as_blob(value):
     return value
 
 
-def read_weight_file(path) -> WeightFile:
-    """Read a Detectron ``.pkl`` (trained ``{'blobs', 'cfg'}`` or flat ImageNet dict) safely.
+def read_weight_file(path, progress=False) -> WeightFile:
+    """Read a Detectron ``.pkl`` (trained ``{'blobs', 'cfg'}`` or flat ImageNet dict) safely; `progress`
+    shows a bar of the bytes read on a terminal (zoo files reach 500 MB).
 
     Raises ``UnsafeWeightFileError`` if the file asks for a disallowed global, and
     ``WeightFileError`` for files that are missing, empty, truncated, not pickles or not laid out
     as Detectron files.  Messages always name the file.
     """
     path = os.fspath(path)
-    top = _unpickle(path)
+    top = _unpickle(path, progress)
     if type(top) is int and top == TORCH_LEGACY_MAGIC:
         raise file_error(path, "is a legacy (non-zip) torch.save file; use the .pth reader (porting.read_pth)")
     if not isinstance(top, dict):

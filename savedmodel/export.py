@@ -16,7 +16,10 @@ import argparse
 import pathlib
 import shutil
 import sys
+import time
 import uuid
+
+from tqdm import tqdm
 
 from savedmodel.outputs import MASK_FORMATS
 from tfdet.console import add_verbose_flag
@@ -36,10 +39,11 @@ def version_directory(out):
     return out
 
 
-def export_saved_model(cfg, weights, out, mask_format="image", overwrite=False):
+def export_saved_model(cfg, weights, out, mask_format="image", overwrite=False, progress=False):
     """Build the model of `cfg`, load `weights` (ours or a Detectron .pkl), write the SavedModel.
 
     Returns the version directory. Raises ExportError when it exists and `overwrite` is False.
+    `progress`: a bar over the steps (build, load, trace and write) on a terminal.
     """
     out = version_directory(out)
     if out.exists() and not overwrite:
@@ -53,18 +57,25 @@ def export_saved_model(cfg, weights, out, mask_format="image", overwrite=False):
     from tfdet.layers import placeholder_initialization
     from tfdet.modeling import build_model
 
-    with placeholder_initialization():  # every weight comes from the file
-        model = build_model(cfg)
-    load_weights(model, cfg, weights)
-    module = DetectionServingModule(model, cfg, mask_format)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = out.parent / f".{out.name}-export-{uuid.uuid4().hex[:12]}"
-    staging.mkdir()  # mkdir honours the umask (mkdtemp's 0700 would hide it from a server's user)
-    try:
-        tf.saved_model.save(module, str(staging), signatures=module.signatures())
-        replace_version(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with tqdm(total=3, desc="export", unit="step", leave=False, disable=None if progress else True) as bar:
+        bar.set_postfix_str("building the model")
+        with placeholder_initialization():  # every weight comes from the file
+            model = build_model(cfg)
+        bar.update()
+        bar.set_postfix_str(f"loading {pathlib.Path(weights).name}")
+        load_weights(model, cfg, weights)
+        bar.update()
+        bar.set_postfix_str("tracing the signatures, writing")
+        module = DetectionServingModule(model, cfg, mask_format)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = out.parent / f".{out.name}-export-{uuid.uuid4().hex[:12]}"
+        staging.mkdir()  # mkdir honours the umask (mkdtemp's 0700 would hide it from a server's user)
+        try:
+            tf.saved_model.save(module, str(staging), signatures=module.signatures())
+            replace_version(staging, out)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        bar.update()
     return out
 
 
@@ -103,15 +114,18 @@ def main(argv=None):
     from porting.pickle_reader import WeightFileError
     from tfdet.config import load_config
 
+    start = time.perf_counter()
     try:
         version_directory(args.out)
         cfg = load_config(args.cfg, args.opts)
-        out = export_saved_model(cfg, args.weights, args.out, args.mask_format, args.overwrite)
+        out = export_saved_model(cfg, args.weights, args.out, args.mask_format, args.overwrite, progress=True)
     except (ExportError, ValueError, FileNotFoundError, WeightFileError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     masks = f"; {args.mask_format} masks" if cfg.MODEL.MASK_ON else ""
-    print(f"wrote {out} (signatures serving_default, image_tensor{masks})")
+    size_mb = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / 2**20
+    print(f"wrote {out} in {time.perf_counter() - start:.1f} s, {size_mb:.0f} MB "
+          f"(signatures serving_default, image_tensor{masks})")
     return 0
 
 
