@@ -224,6 +224,10 @@ def child_results(work, returncode, stdout, stderr):
     return report, outputs
 
 
+# TensorFlow's saved_model_cli, found through this interpreter (a venv's python run directly has no PATH to it).
+SAVED_MODEL_CLI = [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli"]
+
+
 @pytest.fixture(scope="module")
 def processes(demo_models, tiny_model, images, tmp_path_factory):
     """Fresh interpreters started as soon as the models exist, so they run while the Predictor does:
@@ -235,8 +239,8 @@ def processes(demo_models, tiny_model, images, tmp_path_factory):
     tiny_dir = str(tiny_model[1])
     commands = {
         "child": child_command(work, plan, images),
-        "show": ["saved_model_cli", "show", "--dir", tiny_dir, "--tag_set", "serve", "--all"],
-        "run": ["saved_model_cli", "run", "--dir", tiny_dir, "--tag_set", "serve", "--signature_def", "image_tensor",
+        "show": [*SAVED_MODEL_CLI, "show", "--dir", tiny_dir, "--tag_set", "serve", "--all"],
+        "run": [*SAVED_MODEL_CLI, "run", "--dir", tiny_dir, "--tag_set", "serve", "--signature_def", "image_tensor",
                 "--inputs", f"images={work / 'images.npy'}", "--outdir", str(work / "cli_run")],
     }  # fmt: skip
     started = {key: start(work, key, cmd) for key, cmd in commands.items()}
