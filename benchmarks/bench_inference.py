@@ -1,8 +1,10 @@
-"""Inference speed of Mask R-CNN and Keypoint R-CNN R-50-FPN at TEST.SCALE 800 / MAX_SIZE 1333.
+"""Inference speed of Mask R-CNN and Keypoint R-CNN R-50-FPN at TEST.SCALE 800 / MAX_SIZE 1333 (and, with
+`--model shapes_tiny`, of the demo's tiny shapes model at 128 px).
 
 The model graph has data-dependent shapes (NMS, real-detection selection), so `--xla` turns on
 TensorFlow's XLA auto-clustering, which compiles the static parts (backbone, FPN, heads).
-For each model: the first call (tracing + compile), then per-image latency of the whole
+For each model: the first call, split into Python tracing and the first run (graph optimisation,
+kernel and oneDNN set-up, the run itself), and its ratio to a warm call; then per-image latency of the whole
 Predictor.predict call (pre-processing, model, mask pasting) over the demo photos, median and
 p90 over >= 5 timed runs after a warm-up, images/s, peak RSS, and achieved GFLOP/s against the
 MACs counted by flop_count.py. Random weights (Detectron's initialisation), so the number of
@@ -35,6 +37,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = ROOT.parent / "shared" / "detectron" / "configs" / "12_2017_baselines"
 DEMO = ROOT.parent / "shared" / "data" / "detectron_demo"
 MODELS = ("e2e_mask_rcnn_R-50-FPN_1x.yaml", "e2e_keypoint_rcnn_R-50-FPN_1x.yaml")
+TINY = "shapes_tiny"  # the demo's model, configs/shapes_tiny_mask_keypoint.yaml
 
 
 def peak_rss_mb():
@@ -55,15 +58,21 @@ def model_latency(predictor, image):
 
 
 def bench(name, args, images):
+    path = ROOT / "configs" / "shapes_tiny_mask_keypoint.yaml" if name == TINY else CONFIGS / name
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cfg = load_config(CONFIGS / name, ["TEST.SCORE_THRESH", str(args.score_thresh)])
+        cfg = load_config(path, ["TEST.SCORE_THRESH", str(args.score_thresh)])
     predictor = Predictor(cfg)
     start = time.perf_counter()
+    predictor._run.get_concrete_function(predictor.model_inputs(images[:1]))
+    trace = time.perf_counter() - start
     predictor.predict(images[0])
     first = time.perf_counter() - start
-    for image in images:  # warm-up: one pass over every image size
+    warm = []
+    for image in images[:1] + images:  # warm-up: one pass over every image size
+        start = time.perf_counter()
         predictor.predict(image)
+        warm.append(time.perf_counter() - start)
     latencies, gmacs, detections = [], [], []
     for _ in range(args.runs):
         for image in images:
@@ -75,10 +84,12 @@ def bench(name, args, images):
     for image in images:
         gmacs.append(model_gmacs(predictor, image))
     median = statistics.median(latencies)
+    same_image = statistics.median(warm[:2])  # the second and third calls on the first image
     p90 = float(np.percentile(latencies, 90))
     mean_gflop = 2 * statistics.mean(gmacs)
     print(
-        f"{name} xla={args.xla}: first call {first:.1f} s; per image median {median:.2f} s, p90 {p90:.2f} s, "
+        f"{name} xla={args.xla}: first call {first:.2f} s (tracing {trace:.2f} s, first run {first - trace:.2f} s) = "
+        f"{first / same_image:.2f}x a warm call of the same image ({same_image:.2f} s); per image median {median:.2f} s, p90 {p90:.2f} s, "
         f"{1 / statistics.mean(latencies):.2f} img/s; {statistics.mean(gmacs):.0f} GMACs/img -> "
         f"{mean_gflop / statistics.mean(latencies):.0f} GFLOP/s achieved; "
         f"{statistics.mean(detections):.0f} detections/img; peak RSS {peak_rss_mb():.0f} MB; "
@@ -92,7 +103,7 @@ def main():
     parser.add_argument("--runs", type=int, default=5, help="timed passes over the images")
     parser.add_argument("--images", type=int, default=3, help="demo photos used")
     parser.add_argument("--score-thresh", type=float, default=0.05, help="TEST.SCORE_THRESH")
-    parser.add_argument("--model", choices=MODELS, action="append", help="default: both")
+    parser.add_argument("--model", choices=(*MODELS, TINY), action="append", help="default: the two R-50 models")
     args = parser.parse_args()
     images = [cv2.imread(str(p)) for p in sorted(DEMO.glob("*.jpg"))[: args.images]]
     for name in args.model or MODELS:
