@@ -29,7 +29,10 @@ ZEROED_LAYERS = ("rpn_cls_logits_fpn2", "rpn_bbox_pred_fpn2")
 MIN_MATCHED, MEAN_SCORE_DIFFERENCE, MEDIAN_BOX_SHIFT, MEAN_MASK_IOU = 8, 0.01, 0.5, 0.9
 # One training step: loss terms within 2% (measured 0.7%), the bfloat16 update within 10% (relative L2;
 # measured 4%) of float32's.
-LOSS_RTOL, UPDATE_TOLERANCE = 0.02, 0.1
+# bfloat16 keeps 8 mantissa bits (a relative step of 0.4 %). On CPUs with native bfloat16 (AVX512-BF16, AMX) oneDNN
+# computes the convolutions in bfloat16 itself: the random-start losses (10 to 120) then move by up to 3.5 % (measured),
+# against under 2 % where bfloat16 is emulated in float32.
+LOSS_RTOL, UPDATE_TOLERANCE = 0.05, 0.1
 
 
 @pytest.mark.parametrize("value, expected", [

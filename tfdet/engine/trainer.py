@@ -37,6 +37,7 @@ from tfdet.engine.checkpoint import (
     check_finite_losses,
     is_snapshot_iteration,
 )
+from tfdet.engine.graph_options import training_graph_options
 from tfdet.engine.lr_schedule import lr_at_iter
 from tfdet.engine.metrics_log import TrainingStats
 from tfdet.engine.optimizer import build_optimizer
@@ -211,7 +212,9 @@ class Trainer:
 
     def train_step(self, distributed_batch):
         """One iteration on a distributed batch: {name: float} loss terms and metrics, means over replicas."""
-        return {name: float(value) for name, value in self._step(distributed_batch).items()}
+        with training_graph_options():
+            outputs = self._step(distributed_batch)
+        return {name: float(value) for name, value in outputs.items()}
 
     def _distributed_step(self, batch):
         outputs = self.strategy.run(self._replica_step, args=(batch,))
