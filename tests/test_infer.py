@@ -160,9 +160,9 @@ def decode_like_prepare_data_2d_custom(filename):
     return bb, kp, metadata, mask
 
 
-def write_video(path, frames, fps=10):
+def write_video(path, frames, fps=10, codec="MJPG"):
     height, width = frames[0].shape[:2]
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, (width, height))
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*codec), fps, (width, height))
     assert writer.isOpened()
     for frame in frames:
         writer.write(frame)

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
-from test_infer import decode_like_prepare_data_2d_custom
+from test_infer import decode_like_prepare_data_2d_custom, write_video
 from tfdet import infer, infer_video
 from tfdet.image_io import list_inputs
 from tfdet.inference import Predictor
@@ -191,15 +191,6 @@ def test_portable_pickler_round_trips_arrays_and_scalars():
     np.testing.assert_array_equal(np.load(numeric), np.arange(3.0))
 
 
-def write_mp4(path, frames, fps=10):
-    height, width = frames[0].shape[:2]
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (width, height))
-    assert writer.isOpened()
-    for frame in frames:
-        writer.write(frame)
-    writer.release()
-
-
 def prepare_data_2d_custom(folder):
     """VideoPose3D's data/prepare_data_2d_custom.py main: {canonical name: 2D keypoints}, {name: metadata}."""
     positions_2d, video_metadata = {}, {}
@@ -221,9 +212,9 @@ def test_videopose3d_command_line_writes_the_dataset(tmp_path, person_predictor,
     folder = tmp_path / "input_directory"
     folder.mkdir()
     base = rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)
-    write_mp4(folder / "walk.mp4", [np.roll(base, 3 * i, axis=1) for i in range(3)])
-    write_mp4(folder / "jump.mp4", [np.roll(base, 5 * i, axis=0) for i in range(2)])
-    write_mp4(folder / "other.avi", [base])  # not *.mp4: left alone, as the script's glob leaves it
+    write_video(folder / "walk.mp4", [np.roll(base, 3 * i, axis=1) for i in range(3)], codec="mp4v")
+    write_video(folder / "jump.mp4", [np.roll(base, 5 * i, axis=0) for i in range(2)], codec="mp4v")
+    write_video(folder / "other.avi", [base], codec="mp4v")  # not *.mp4: left alone, as the script's glob leaves it
     (folder / "notes.txt").write_text("not a video")
     weights = tmp_path / "model_final.weights.h5"
     weights.write_bytes(b"")  # the Predictor below stands in for loading it
