@@ -23,10 +23,11 @@ BF16 = ("TFDET.MIXED_PRECISION", "mixed_bfloat16")
 ZEROED_LAYERS = ("rpn_cls_logits_fpn2", "rpn_bbox_pred_fpn2")
 # Stated tolerances of bfloat16 inference against float32, per image, on the top 10 detections of the
 # float32 model (random weights, 128-px shapes images): at least 8 found again (same class, box IoU >= 0.5),
-# their scores 0.01 apart on average (bfloat16 keeps 8 bits of mantissa: ~0.4% per value, amplified
+# their scores 0.02 apart on average (bfloat16 keeps 8 bits of mantissa: ~0.4% per value, amplified
 # through the body), median box shift 0.5 px, mean mask IoU (probabilities > 0.5) 0.9. Measured: 10/10,
-# 0.0013, 0.05 px, 0.97.
-MIN_MATCHED, MEAN_SCORE_DIFFERENCE, MEDIAN_BOX_SHIFT, MEAN_MASK_IOU = 8, 0.01, 0.5, 0.9
+# 0.0013, 0.05 px, 0.97 where bfloat16 is emulated in float32; on a CPU with native bfloat16 (AMX), where
+# oneDNN computes in bfloat16 itself, mean score differences of 0.009-0.012 over three random initialisations.
+MIN_MATCHED, MEAN_SCORE_DIFFERENCE, MEDIAN_BOX_SHIFT, MEAN_MASK_IOU = 8, 0.02, 0.5, 0.9
 # One training step: loss terms within 2% (measured 0.7%), the bfloat16 update within 10% (relative L2;
 # measured 4%) of float32's.
 # bfloat16 keeps 8 mantissa bits (a relative step of 0.4 %). On CPUs with native bfloat16 (AVX512-BF16, AMX) oneDNN
@@ -68,6 +69,7 @@ def batch(tmp_path_factory):
 @pytest.fixture(scope="module")
 def inference_outputs(batch):
     """(float32 outputs, bfloat16 outputs, bfloat16 model) of the same weights on two shapes images."""
+    keras.utils.set_random_seed(0)
     models = [build_model(tiny_cfg(*SMALL, "TEST.SCORE_THRESH", "0.0", *extra)) for extra in ((), BF16)]
     models[1].set_weights(models[0].get_weights())
     for model in models:

@@ -4,6 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdet.config import Config, load_config
+from tfdet.graph_options import cpu_graph_options
 from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
 from tfdet.ops.masks import paste_masks
@@ -45,6 +46,7 @@ class Predictor:
                 tf.TensorSpec([], tf.int32),
                 tf.TensorSpec([], tf.float32),
             ],
+            autograph=False,
         )
 
     def predict(self, image):
@@ -71,8 +73,9 @@ class Predictor:
         return {"images": blob, "image_info": info}
 
     def _predict_batch(self, images):
-        outputs = {k: v.numpy() for k, v in self._run(self.model_inputs(images)).items()}
-        return [self._image_results(outputs, i, images[i].shape[:2]) for i in range(len(images))]
+        with cpu_graph_options():
+            outputs = {k: v.numpy() for k, v in self._run(self.model_inputs(images)).items()}
+            return [self._image_results(outputs, i, images[i].shape[:2]) for i in range(len(images))]
 
     def _image_results(self, outputs, index, image_size):
         count = int(outputs["num_detections"][index])

@@ -37,11 +37,11 @@ from tfdet.engine.checkpoint import (
     check_finite_losses,
     is_snapshot_iteration,
 )
-from tfdet.engine.graph_options import training_graph_options
 from tfdet.engine.lr_schedule import lr_at_iter
 from tfdet.engine.metrics_log import TrainingStats
 from tfdet.engine.optimizer import build_optimizer
 from tfdet.engine.strategy import build_strategy, global_batch_size, is_chief, scale_replica_loss
+from tfdet.graph_options import cpu_graph_options
 from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
 from tfdet.modeling.mixed_precision import needs_loss_scaling
@@ -212,7 +212,7 @@ class Trainer:
 
     def train_step(self, distributed_batch):
         """One iteration on a distributed batch: {name: float} loss terms and metrics, means over replicas."""
-        with training_graph_options():
+        with cpu_graph_options():
             outputs = self._step(distributed_batch)
         return {name: float(value) for name, value in outputs.items()}
 
