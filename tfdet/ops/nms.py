@@ -12,9 +12,13 @@ Ties in score are broken by the lower input index first (Detectron's numpy argso
 ties is unspecified).
 """
 
+from typing import NamedTuple
+
 import tensorflow as tf
 
+from tfdet.ops.box_voting import batched_box_voting
 from tfdet.ops.boxes import pairwise_iou
+from tfdet.ops.soft_nms import batched_soft_nms
 
 DEFAULT_TILE_SIZE = 256
 
@@ -125,13 +129,33 @@ def _first_kept(order, keep, max_output_size):
     return indices, num_kept
 
 
-def per_class_nms(boxes, scores, score_threshold, iou_threshold, max_detections):
+class SoftNMS(NamedTuple):
+    """Detectron's TEST.SOFT_NMS: `method` (linear, gaussian or hard) and gaussian `sigma`."""
+
+    method: str = "linear"
+    sigma: float = 0.5
+
+
+class BoxVoting(NamedTuple):
+    """Detectron's TEST.BBOX_VOTE: IoU `threshold` (VOTE_TH) and `scoring_method`."""
+
+    threshold: float = 0.8
+    scoring_method: str = "ID"
+
+
+# The score below which Detectron's box_results_with_nms_and_limit lets soft-NMS drop a box.
+SOFT_NMS_SCORE_THRESHOLD = 0.0001
+
+
+def per_class_nms(boxes, scores, score_threshold, iou_threshold, max_detections, soft_nms=None, voting=None):
     """Detectron's `box_results_with_nms_and_limit` for one image, as fixed-size tensors.
 
     Args:
       boxes: (R, C, 4) class-specific boxes, or (R, 1, 4) class-agnostic ones.
       scores: (R, C) class probabilities; column 0 is the background and is skipped.
       score_threshold: candidates need score > threshold (compared in float32, as numpy does).
+      soft_nms: a SoftNMS to use instead of greedy NMS (its overlap threshold is `iou_threshold`).
+      voting: a BoxVoting applied to each class's survivors, voting with all its candidates.
     Returns:
       boxes (D, 4), scores (D,), classes (D,) int32 in 1..C-1, num_detections () int32, with
       D = max_detections, sorted by descending score and zero-padded. Detectron keeps every
@@ -142,10 +166,39 @@ def per_class_nms(boxes, scores, score_threshold, iou_threshold, max_detections)
     class_boxes = tf.transpose(boxes[:, 1:, :], [1, 0, 2])
     class_scores = tf.transpose(scores[:, 1:])
     valid = class_scores > tf.cast(score_threshold, class_scores.dtype)
-    indices, num_kept = batched_nms(class_boxes, class_scores, iou_threshold, max_detections, valid=valid)
-    slot_valid = tf.range(max_detections)[None, :] < num_kept[:, None]
-    kept_scores = tf.where(slot_valid, tf.gather(class_scores, indices, batch_dims=1), -float("inf"))
-    kept_boxes = tf.gather(class_boxes, indices, batch_dims=1)
+    # Voting that changes scores can reorder a class's survivors: keep them all until after the vote.
+    per_class = max_detections if voting is None or voting.scoring_method == "ID" else tf.shape(scores)[0]
+    if soft_nms is None:
+        indices, num_kept = batched_nms(class_boxes, class_scores, iou_threshold, per_class, valid=valid)
+        kept_boxes = tf.gather(class_boxes, indices, batch_dims=1)
+        kept_scores = tf.gather(class_scores, indices, batch_dims=1)
+    else:
+        kept_boxes, kept_scores, num_kept = _first_soft_nms_survivors(
+            class_boxes, class_scores, valid, iou_threshold, soft_nms, per_class
+        )
+    if voting is not None:
+        kept_boxes, kept_scores = batched_box_voting(
+            kept_boxes, kept_scores, class_boxes, class_scores, valid, voting.threshold, voting.scoring_method
+        )
+    slot_valid = tf.range(tf.shape(kept_scores)[1])[None, :] < num_kept[:, None]
+    return _best_over_classes(kept_boxes, tf.where(slot_valid, kept_scores, -float("inf")), max_detections)
+
+
+def _first_soft_nms_survivors(class_boxes, class_scores, valid, iou_threshold, soft_nms, limit):
+    """Boxes (B, L, 4), decayed scores (B, L) and counts (B,) of each row's first `limit` soft-NMS survivors."""
+    boxes, scores, _, count = batched_soft_nms(
+        class_boxes, class_scores, valid, iou_threshold, soft_nms.sigma, SOFT_NMS_SCORE_THRESHOLD, soft_nms.method
+    )
+    pad = tf.maximum(limit - tf.shape(scores)[1], 0)
+    boxes = tf.pad(boxes, [[0, 0], [0, pad], [0, 0]])[:, :limit]
+    scores = tf.pad(scores, [[0, 0], [0, pad]])[:, :limit]
+    return boxes, scores, tf.minimum(count, limit)
+
+
+def _best_over_classes(kept_boxes, kept_scores, max_detections):
+    """The `max_detections` best of every class's survivors ((C-1, L, 4) boxes, (C-1, L) scores, -inf
+    where there is none): boxes, scores, classes, count, zero-padded to max_detections."""
+    per_class = tf.shape(kept_scores)[1]
     num_candidates = tf.size(kept_scores)
     best = tf.math.top_k(tf.reshape(kept_scores, [-1]), k=tf.minimum(max_detections, num_candidates))
     num_detections = tf.reduce_sum(tf.cast(tf.math.is_finite(best.values), tf.int32))
@@ -153,7 +206,7 @@ def per_class_nms(boxes, scores, score_threshold, iou_threshold, max_detections)
     pad = max_detections - tf.size(best.values)
     out_boxes = tf.where(real[:, None], tf.gather(tf.reshape(kept_boxes, [-1, 4]), best.indices), 0.0)
     out_scores = tf.where(real, best.values, 0.0)
-    out_classes = tf.where(real, best.indices // max_detections + 1, 0)
+    out_classes = tf.where(real, best.indices // per_class + 1, 0)
     return (
         tf.pad(out_boxes, [[0, pad], [0, 0]]),
         tf.pad(out_scores, [[0, pad]]),
