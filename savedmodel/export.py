@@ -22,6 +22,7 @@ import uuid
 from tqdm import tqdm
 
 from savedmodel.outputs import MASK_FORMATS
+from tfdet.config.support import check_supported
 from tfdet.console import add_verbose_flag
 
 
@@ -43,8 +44,10 @@ def export_saved_model(cfg, weights, out, mask_format="image", overwrite=False, 
     """Build the model of `cfg`, load `weights` (ours or a Detectron .pkl), write the SavedModel.
 
     Returns the version directory. Raises ExportError when it exists and `overwrite` is False.
-    `progress`: a bar over the steps (build, load, trace and write) on a terminal.
+    `progress`: a bar over the steps (build, load, trace and write) on a terminal. Config keys tfdet does not
+    implement for export raise tfdet.config.ConfigError first (`tfdet.config.support`).
     """
+    check_supported(cfg, "export")
     out = version_directory(out)
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists; pass --overwrite to replace that version")

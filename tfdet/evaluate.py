@@ -4,11 +4,14 @@
                              [--output DIR] [--batch-size N] [KEY VALUE ...]
     python -m tfdet.evaluate --results R.json (--dataset NAME | --annotations A.json) [--output DIR]
 
-The dataset defaults to the config's TEST.DATASETS[0]. Results (Detectron's conventions, see
+Without --dataset or --annotations a model is evaluated on every TEST.DATASETS entry, as Detectron's
+test_net does. The weights default to the config's TEST.WEIGHTS. Results (Detectron's conventions, see
 `tfdet.evaluation.results`) and metrics go to `--output` (default: the config's OUTPUT_DIR, or the
-results file's folder) as `results_<dataset>.json` and `metrics_<dataset>.json`. Images that cannot
-be read are reported, left out of the evaluation, and make the exit status 1; bad arguments or
-missing files give a one-line error and exit status 2.
+results file's folder) as `results_<dataset>.json` (deleted after evaluation when TEST.COMPETITION_MODE
+is False, as Detectron's cleanup does) and `metrics_<dataset>.json`; VIS adds Detectron's pictures
+`vis/<index>_<image>.pdf` of the detections scoring at least VIS_TH. Images that cannot be read are
+reported, left out of the evaluation, and make the exit status 1, as does a config key tfdet does not
+implement (`tfdet.config.support`); bad arguments or missing files give a one-line error and exit status 2.
 """
 
 if __name__ == "__main__":  # before TensorFlow is imported: its native log records stay off the terminal
@@ -24,6 +27,7 @@ from tqdm import tqdm
 
 from tfdet.config import load_config
 from tfdet.config.errors import ConfigError
+from tfdet.config.support import check_supported
 from tfdet.console import add_verbose_flag
 from tfdet.data.catalog import DatasetSpec, get_dataset
 from tfdet.evaluation import (
@@ -36,7 +40,9 @@ from tfdet.evaluation import (
     write_results,
 )
 from tfdet.evaluation.coco_evaluator import iou_types_of, keypoint_names
-from tfdet.image_io import UnreadableImage, read_image
+from tfdet.image_io import UnreadableImage, read_image, write_picture
+
+VIS_KEYPOINT_THRESHOLD = 2.0  # vis_one_image's kp_thresh, which test_net leaves at its default
 
 
 class UsageError(Exception):
@@ -47,8 +53,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tfdet.evaluate", description=__doc__.split("\n")[0])
     add_verbose_flag(parser)
     parser.add_argument("--cfg", help="config YAML (Detectron keys)")
-    parser.add_argument("--weights", help="model weights: our .weights.h5 or a Detectron .pkl")
-    parser.add_argument("--dataset", help="a dataset name of tfdet.data.catalog (default: TEST.DATASETS[0])")
+    parser.add_argument("--weights", help="model weights: our .weights.h5 or a Detectron .pkl (default: TEST.WEIGHTS)")
+    parser.add_argument("--dataset", help="a dataset name of tfdet.data.catalog (default: each of TEST.DATASETS)")
     parser.add_argument("--annotations", help="a COCO annotation json (instead of --dataset)")
     parser.add_argument("--images", help="the image folder of --annotations")
     parser.add_argument("--results", help="evaluate this COCO results json instead of running a model")
@@ -61,29 +67,39 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     try:
-        return _evaluate(args)
+        cfg = _config(args)
+        datasets = _datasets(args, cfg, need_images=args.results is None)
+        if cfg is not None:  # keys tfdet does not implement are refused before any work
+            check_supported(cfg, "evaluation", [dataset.name for dataset in datasets])
+            if args.results is None:
+                check_supported(cfg, "inference")
+        return max([_evaluate(args, cfg, dataset) for dataset in datasets])
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
 
 
-def _evaluate(args):
-    cfg = _config(args)
-    dataset = _dataset(args, cfg, need_images=args.results is None)
+def _evaluate(args, cfg, dataset):
+    """Evaluate on one dataset (a model run, or --results); the exit status."""
     coco_gt = _checked(load_coco, dataset.annotation_file)
     output_dir = pathlib.Path(args.output or (cfg.OUTPUT_DIR if cfg is not None else pathlib.Path(args.results).parent))
-    unreadable = []
+    unreadable, results_path = [], None
     if args.results:
         results = _checked(read_results, args.results)
         iou_types = iou_types_of(results) or (model_iou_types(cfg) if cfg is not None else ["bbox"])
     else:
         iou_types = model_iou_types(cfg)
         _check_model_matches_dataset(cfg, coco_gt)
-        if not args.weights:
-            raise UsageError("--weights is needed to run a model")
-        if not pathlib.Path(args.weights).is_file():
-            raise UsageError(f"weights file not found: {args.weights}")
-        results, unreadable = predict_dataset(cfg, args.weights, coco_gt, dataset.image_dir, _batch_size(args, cfg))
+        weights = args.weights or cfg.TEST.WEIGHTS
+        if not weights:
+            raise UsageError("--weights (or TEST.WEIGHTS) is needed to run a model")
+        if not pathlib.Path(weights).is_file():
+            raise UsageError(f"weights file not found: {weights}")
+        vis = vis_writer(cfg, dataset.annotation_file, output_dir)
+        results, unreadable = predict_dataset(cfg, weights, coco_gt, dataset.image_dir, _batch_size(args, cfg), vis)
         results_path = output_dir / f"results_{dataset.name}.json"
         write_results(results_path, results)
         print(f"wrote {len(results)} results to {results_path}")
@@ -93,6 +109,9 @@ def _evaluate(args):
     metrics_path = output_dir / f"metrics_{dataset.name}.json"
     write_metrics(metrics_path, metrics)
     print(f"wrote metrics to {metrics_path}")
+    if results_path is not None and not cfg.TEST.COMPETITION_MODE:
+        results_path.unlink()  # Detectron's evaluators clean their results file up unless in competition mode
+        print(f"deleted {results_path} (TEST.COMPETITION_MODE False)")
     if unreadable:
         print(f"error: {len(unreadable)} image(s) could not be read and were left out:", file=sys.stderr)
         for _, message in unreadable:
@@ -124,7 +143,8 @@ def _config(args):
         raise UsageError(str(error)) from None
 
 
-def _dataset(args, cfg, need_images):
+def _datasets(args, cfg, need_images):
+    """The DatasetSpecs to evaluate on: --annotations, --dataset, or every TEST.DATASETS entry."""
     if args.annotations:
         if args.dataset:
             raise UsageError("give --dataset or --annotations, not both")
@@ -133,14 +153,18 @@ def _dataset(args, cfg, need_images):
         image_dir = pathlib.Path(args.images) if args.images else None
         if image_dir is not None and not image_dir.is_dir():
             raise UsageError(f"image folder not found: {image_dir}")
-        return DatasetSpec(pathlib.Path(args.annotations).stem, image_dir, pathlib.Path(args.annotations))
-    name = args.dataset
-    if name is None:
-        if cfg is None or not cfg.TEST.DATASETS:
-            raise UsageError("no dataset: give --dataset, --annotations, or a config with TEST.DATASETS")
-        name = cfg.TEST.DATASETS[0]
+        return [DatasetSpec(pathlib.Path(args.annotations).stem, image_dir, pathlib.Path(args.annotations))]
+    if args.dataset is not None:
+        names = [args.dataset]
+    elif cfg is None or not cfg.TEST.DATASETS:
+        raise UsageError("no dataset: give --dataset, --annotations, or a config with TEST.DATASETS")
+    elif args.results and len(cfg.TEST.DATASETS) > 1:
+        raise UsageError(f"--results holds one dataset's detections: name it with --dataset (TEST.DATASETS has "
+                         f"{len(cfg.TEST.DATASETS)})")  # fmt: skip
+    else:
+        names = list(cfg.TEST.DATASETS)
     try:
-        return get_dataset(name)
+        return [get_dataset(name) for name in names]
     except KeyError as error:
         raise UsageError(error.args[0]) from None
     except FileNotFoundError as error:
@@ -175,8 +199,11 @@ def _check_model_matches_dataset(cfg, coco_gt):
             raise UsageError(f"the model predicts {cfg.KRCNN.NUM_KEYPOINTS} keypoints, the dataset has {found}")
 
 
-def predict_dataset(cfg, weights, coco_gt, image_dir, batch_size=1):
-    """COCO results of a Predictor on every image of `coco_gt`, and [(image_id, message)] of unreadable ones."""
+def predict_dataset(cfg, weights, coco_gt, image_dir, batch_size=1, vis=None):
+    """COCO results of a Predictor on every image of `coco_gt`, and [(image_id, message)] of unreadable ones.
+
+    `vis(index, file_name, image, detections)`, when given, sees every image (index: its position among
+    the sorted image ids, Detectron's roidb order)."""
     from tfdet.inference import Predictor  # TensorFlow is imported only when a model runs
 
     predictor = Predictor(cfg, weights)
@@ -185,18 +212,46 @@ def predict_dataset(cfg, weights, coco_gt, image_dir, batch_size=1):
     results, unreadable = [], []
     with tqdm(total=len(image_ids), desc="evaluate", unit="image", disable=None) as progress:
         for start in range(0, len(image_ids), batch_size):
-            ids, images = [], []
-            for image_id in image_ids[start : start + batch_size]:
+            indices, images = [], []
+            for index in range(start, min(start + batch_size, len(image_ids))):
+                image_id = image_ids[index]
                 try:
                     images.append(read_image(pathlib.Path(image_dir) / coco_gt.imgs[image_id]["file_name"]))
-                    ids.append(image_id)
+                    indices.append(index)
                 except UnreadableImage as error:
                     unreadable.append((image_id, str(error)))
                     tqdm.write(f"skipping unreadable image: {error}", file=sys.stderr)
-            for image_id, detections in zip(ids, predictor.predict(images) if images else []):
+            for index, image, detections in zip(indices, images, predictor.predict(images) if images else []):
+                image_id = image_ids[index]
                 results += detections_to_coco(detections, image_id, category_ids, cfg.KRCNN.KEYPOINT_CONFIDENCE)
+                if vis is not None:
+                    vis(index, coco_gt.imgs[image_id]["file_name"], image, detections)
             progress.update(len(image_ids[start : start + batch_size]))
     return results, unreadable
+
+
+def vis_writer(cfg, annotation_file, output_dir):
+    """Detectron's test_net pictures when cfg.VIS, else None: `vis(index, file_name, image, detections)` writes
+    `<output_dir>/vis/<index>_<image name>.pdf` with the detections scoring at least VIS_TH, for the images
+    that have one (vis_one_image draws nothing otherwise)."""
+    if not cfg.VIS:
+        return None
+    from tfdet.data.coco_classes import model_categories  # these import TensorFlow (keypoint names)
+    from tfdet.visualize import draw_detections
+
+    categories = _checked(model_categories, cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON, annotation_file)
+    folder = pathlib.Path(output_dir) / "vis"
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def vis(index, file_name, image, detections):
+        if len(detections["scores"]) == 0 or detections["scores"].max() < cfg.VIS_TH:
+            return
+        picture = draw_detections(
+            image, detections, categories.names, cfg.VIS_TH, VIS_KEYPOINT_THRESHOLD, categories.skeleton
+        )
+        write_picture(folder / f"{index}_{pathlib.PurePath(file_name).stem}.pdf", picture)
+
+    return vis
 
 
 if __name__ == "__main__":

@@ -13,8 +13,11 @@ code (`results_<dataset>.json`, `metrics_<dataset>.json` in OUTPUT_DIR).
 
 The strategy follows TFDET.STRATEGY and NUM_GPUS (`tfdet.engine.strategy`). --multi-gpu-testing
 is accepted for Detectron's command lines; evaluation always runs in this one process.
-Exit status: 0 done; 1 a loss became NaN/inf (nothing was saved for that iteration) or an
-evaluation image could not be read; 2 bad arguments, config or files (one-line error).
+Config keys tfdet does not implement for training (and, unless --skip-test, for the final test) are
+refused before anything is built (`tfdet.config.support`).
+Exit status: 0 done; 1 a loss became NaN/inf (nothing was saved for that iteration), an evaluation image
+could not be read, or a config key tfdet does not implement is set (one line per key); 2 bad arguments,
+config or files (one-line error).
 """
 
 if __name__ == "__main__":  # before TensorFlow is imported: its native log records stay off the terminal
@@ -28,7 +31,7 @@ import pathlib
 import sys
 
 from tfdet import evaluate
-from tfdet.config import load_config
+from tfdet.config import check_supported, load_config
 from tfdet.config.errors import ConfigError
 from tfdet.console import add_verbose_flag
 
@@ -54,6 +57,11 @@ def main(argv=None):
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    try:
+        check_uses(cfg, test=not args.skip_test)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from tfdet.engine.checkpoint import NonFiniteLossError  # TensorFlow is imported once the arguments are good
     from tfdet.engine.strategy import is_chief
@@ -80,6 +88,20 @@ def main(argv=None):
              "--output", trainer.output_dir]
         ))
     return status
+
+
+def check_uses(cfg, test=True):
+    """check_supported for training and, when `test`, for the final test (inference and evaluation of every
+    TEST.DATASETS entry): one ConfigError naming each refused key once, before hours of training."""
+    uses = [("training", ())] + ([("inference", ()), ("evaluation", cfg.TEST.DATASETS)] if test else [])
+    problems = []
+    for use, datasets in uses:
+        try:
+            check_supported(cfg, use, datasets)
+        except ConfigError as error:
+            problems += [line for line in str(error).splitlines() if line not in problems]
+    if problems:
+        raise ConfigError("\n".join(problems))
 
 
 if __name__ == "__main__":

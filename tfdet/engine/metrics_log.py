@@ -97,6 +97,30 @@ def peak_memory_mb():
     return int(math.ceil(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
 
 
+def lr_change_ratio(cur_lr, new_lr):
+    """Detectron's `_get_lr_change_ratio`: the larger of new / cur and cur / new, each divisor at least 1e-10."""
+    eps = 1e-10
+    return max(new_lr / max(cur_lr, eps), cur_lr / max(new_lr, eps))
+
+
+class LearningRateLog:
+    """Detectron's `UpdateWorkspaceLr` log line, 'Changing learning rate a -> b at iter i', for the LR changes
+    larger than SOLVER.LOG_LR_CHANGE_THRESHOLD (a ratio). Like Detectron's float32 `lr` blob it starts at 0
+    in every run, so a run's first iteration is logged."""
+
+    def __init__(self, threshold):
+        self.threshold = threshold
+        self.lr = 0.0
+
+    def update(self, cur_iter, new_lr):
+        """The log line for iteration `cur_iter` at `new_lr`, or None; remembers `new_lr` as float32."""
+        message = None
+        if new_lr != self.lr and lr_change_ratio(self.lr, new_lr) > self.threshold:
+            message = f"Changing learning rate {self.lr:.6f} -> {new_lr:.6f} at iter {cur_iter:d}"
+        self.lr = float(np.float32(new_lr))
+        return message
+
+
 class TrainingStats:
     """Tracks losses, LR and time of each iteration and logs a record every `log_period` iterations.
 

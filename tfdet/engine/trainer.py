@@ -23,11 +23,13 @@ the weights go into an inference model by Detectron blob name and are saved as
 import dataclasses
 import logging
 import os
+import shutil
 
 import keras
 import tensorflow as tf
 
 from tfdet.config.errors import ConfigError
+from tfdet.config.support import check_supported
 from tfdet.data.domain_pipeline import distributed_domain_dataset_fn, target_roidb
 from tfdet.data.pipeline import distributed_dataset_fn
 from tfdet.data.roidb import training_roidb
@@ -38,7 +40,7 @@ from tfdet.engine.checkpoint import (
     is_snapshot_iteration,
 )
 from tfdet.engine.lr_schedule import lr_at_iter
-from tfdet.engine.metrics_log import TrainingStats
+from tfdet.engine.metrics_log import LearningRateLog, TrainingStats
 from tfdet.engine.optimizer import build_optimizer
 from tfdet.engine.strategy import build_strategy, global_batch_size, is_chief, scale_replica_loss
 from tfdet.graph_options import cpu_graph_options
@@ -134,6 +136,22 @@ def refuse_affine_body_from_scratch(cfg, output_dir):
     )
 
 
+def copy_initial_weights(cfg, output_dir):
+    """TRAIN.COPY_WEIGHTS with TRAIN.AUTO_RESUME, as Detectron's `create_model`: unless training already finished
+    in `output_dir`, copy the TRAIN.WEIGHTS file there under its own name; returns the copy's path or None."""
+    finished = os.path.exists(os.path.join(output_dir, FINAL_WEIGHTS))
+    if not (cfg.TRAIN.AUTO_RESUME and cfg.TRAIN.COPY_WEIGHTS) or finished:
+        return None
+    source = os.fspath(cfg.TRAIN.WEIGHTS)
+    if not os.path.isfile(source):
+        raise FileNotFoundError(f"TRAIN.COPY_WEIGHTS copies the TRAIN.WEIGHTS file, and {source!r} is not a file")
+    os.makedirs(output_dir, exist_ok=True)
+    target = os.path.join(output_dir, os.path.basename(source))
+    shutil.copyfile(source, target)
+    logger.info("Copied %s to %s", source, output_dir)
+    return target
+
+
 def export_final_weights(cfg, training_model, directory):
     """The training model's weights in an inference model, saved as `model_final.weights.h5` (temp file +
     rename) beside `config.yaml`; returns the weights path. The inference model is built on the default
@@ -163,9 +181,10 @@ class Trainer:
     """
 
     def __init__(self, cfg, output_dir=None, strategy=None, roidb=None, progress=None, target_roidb=None):
+        check_supported(cfg, "training")  # before anything is built: keys tfdet does not implement
         self.cfg = cfg
         self.output_dir = os.fspath(output_dir or cfg.OUTPUT_DIR)
-        refuse_affine_body_from_scratch(cfg, self.output_dir)  # before anything is built
+        refuse_affine_body_from_scratch(cfg, self.output_dir)
         self.strategy = strategy or build_strategy(cfg)
         self.roidb = roidb
         self.target_roidb = target_roidb
@@ -190,8 +209,11 @@ class Trainer:
 
     def initialize(self):
         """Resume from the newest checkpoint in the output folder (TRAIN.AUTO_RESUME), else load
-        TRAIN.WEIGHTS when set; returns the iteration training starts at."""
+        TRAIN.WEIGHTS when set (TRAIN.COPY_WEIGHTS: a copy of it goes to the output folder first); returns the
+        iteration training starts at."""
         if self.cfg.TRAIN.AUTO_RESUME:
+            if is_chief(self.strategy):
+                copy_initial_weights(self.cfg, self.output_dir)
             self.resumed_from = self.checkpointer.restore_latest()
         if self.resumed_from:
             logger.info("Resumed from %s at iteration %d", self.resumed_from, self.iteration)
@@ -257,18 +279,23 @@ class Trainer:
         stats = TrainingStats(cfg.SOLVER.MAX_ITER, self.output_dir, self.global_batch, start_iter=start_iter,
                               is_chief=chief, progress=self.progress)
         saved_at = start_iter
+        lr_log = LearningRateLog(cfg.SOLVER.LOG_LR_CHANGE_THRESHOLD)
         try:
             iterator = iter(self.distributed_dataset(start_iter))
             if chief and start_iter < cfg.SOLVER.MAX_ITER:
                 logger.info("iteration %d: tracing and optimising the training step (once per run)", start_iter)
             for cur_iter in range(start_iter, cfg.SOLVER.MAX_ITER):
+                lr = lr_at_iter(cfg, cur_iter)
+                lr_change = lr_log.update(cur_iter, lr)
+                if chief and lr_change:
+                    logger.info(lr_change)
                 stats.iter_tic()
                 outputs = self.train_step(next(iterator))
                 stats.iter_toc()
                 losses = loss_terms(outputs)
                 check_finite_losses(losses, cur_iter)
                 stats.update(losses, {k: v for k, v in outputs.items() if k not in losses})
-                stats.log_iteration(cur_iter, lr_at_iter(cfg, cur_iter))
+                stats.log_iteration(cur_iter, lr)
                 if is_snapshot_iteration(cfg, cur_iter, start_iter):
                     self.checkpointer.save()
                     saved_at = self.iteration
