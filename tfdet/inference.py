@@ -1,4 +1,5 @@
-"""Predictor: BGR images in, Detectron's detections out (im_detect_all without test-time augmentation)."""
+"""Predictor: BGR images in, Detectron's detections out (im_detect_all, with test-time augmentation when
+the config enables it)."""
 
 import numpy as np
 import tensorflow as tf
@@ -9,6 +10,7 @@ from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
 from tfdet.ops.masks import paste_masks
 from tfdet.preprocessing import batch_images, prepare_image
+from tfdet.test_time_augmentation import TestTimeAugmentation, uses_test_time_augmentation
 
 
 class Predictor:
@@ -48,6 +50,8 @@ class Predictor:
             ],
             autograph=False,
         )
+        # TEST.BBOX_AUG / MASK_AUG / KPS_AUG: Detectron's augmented test, one image at a time.
+        self._augmentation = TestTimeAugmentation(self.cfg, self.model) if uses_test_time_augmentation(self.cfg) else None
 
     def predict(self, image):
         """Detections of one image, or a list of results for a list of images (sizes may differ).
@@ -74,8 +78,16 @@ class Predictor:
 
     def _predict_batch(self, images):
         with cpu_graph_options():
+            if self._augmentation is not None:
+                return [self._augmentation.detect(image, self._paste_image_masks(image)) for image in images]
             outputs = {k: v.numpy() for k, v in self._run(self.model_inputs(images)).items()}
             return [self._image_results(outputs, i, images[i].shape[:2]) for i in range(len(images))]
+
+    def _paste_image_masks(self, image):
+        """(N, M, M) soft masks and their boxes -> (N, H, W) boolean masks of `image`."""
+        height, width = np.int32(image.shape[0]), np.int32(image.shape[1])
+        threshold = np.float32(self.cfg.MRCNN.THRESH_BINARIZE)
+        return lambda probs, boxes: self._paste(probs, boxes, height, width, threshold).numpy()
 
     def _image_results(self, outputs, index, image_size):
         count = int(outputs["num_detections"][index])

@@ -12,18 +12,22 @@ def image_scale(height, width, target_size, max_size):
     return scale
 
 
+def as_bgr_image(image):
+    """An H x W x 3 array of `image` (H x W and H x W x 1 grayscale are repeated over 3 channels)."""
+    image = np.asarray(image)
+    if image.ndim == 2:
+        image = image[:, :, None]
+    if image.ndim != 3 or image.shape[2] not in (1, 3) or min(image.shape[:2]) < 1:
+        raise ValueError(f"Expected an H x W x 3 BGR image, got an array of shape {image.shape}")
+    return np.repeat(image, 3, axis=2) if image.shape[2] == 1 else image
+
+
 def prepare_image(image_bgr, pixel_means, target_size, max_size):
     """(resized float32 image minus means, scale), computed exactly as Detectron: subtract, then resize.
 
     The resize is cv2.resize with fx = fy = scale and INTER_LINEAR, as Detectron calls it.
     """
-    image = np.asarray(image_bgr)
-    if image.ndim == 2:
-        image = image[:, :, None]
-    if image.ndim != 3 or image.shape[2] not in (1, 3) or min(image.shape[:2]) < 1:
-        raise ValueError(f"Expected an H x W x 3 BGR image, got an array of shape {image.shape}")
-    if image.shape[2] == 1:
-        image = np.repeat(image, 3, axis=2)
+    image = as_bgr_image(image_bgr)
     # Detectron's `im -= PIXEL_MEANS` subtracts float64 means from a float32 image: numpy computes
     # in float64 and rounds the result to float32 (rounding the means first would differ).
     image = (image.astype(np.float64) - np.asarray(pixel_means, np.float64).reshape(1, 1, 3)).astype(np.float32)

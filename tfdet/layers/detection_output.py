@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from tfdet.ops.boxes import clip_boxes, decode_boxes
 from tfdet.ops.keypoints import heatmaps_to_keypoints
-from tfdet.ops.nms import per_class_nms
+from tfdet.ops.nms import BoxVoting, SoftNMS, per_class_nms
 
 
 class ScaleBoxes(keras.layers.Layer):
@@ -34,33 +34,21 @@ class FlattenRoIs(keras.layers.Layer):
         return keras.KerasTensor((None, 4), "float32"), keras.KerasTensor((None,), "int32")
 
 
-class DetectionOutput(keras.layers.Layer):
-    """Box head outputs -> final detections of each image, in original-image pixels.
+class ClassBoxes(keras.layers.Layer):
+    """Box head outputs -> every proposal's class scores and class boxes, in original-image pixels.
 
-    As Detectron: proposals are divided by the image scale *before* decoding (the +1 widths make
-    that differ from decoding first), class-agnostic models use the last 4 deltas, boxes are
-    clipped to the original image, then per-class NMS and the DETECTIONS_PER_IM limit.
-    Called on `[rois (B, N, 4) input pixels, num_rois (B,), cls_prob (B*N, C), bbox_pred (B*N, 4K),
-    image_info (B, 3) = (original height, width, scale)]`.
+    Detectron's im_detect_bbox: proposals are divided by the image scale *before* decoding (the +1
+    widths make that differ from decoding first), class-agnostic models use the last 4 deltas, boxes
+    are clipped to the original image. Called on `[rois (B, N, 4) input pixels, num_rois (B,), cls_prob
+    (B*N, C), bbox_pred (B*N, 4K), image_info (B, 3) = (original height, width, scale)]`; returns
+    scores (B, N, C) (zero past num_rois) and boxes (B, N, K, 4), K = C or 1 (class-agnostic).
     """
 
-    def __init__(
-        self,
-        bbox_reg_weights,
-        apply_regression,
-        score_threshold,
-        nms_threshold,
-        detections_per_image,
-        class_agnostic=False,
-        **kwargs,
-    ):
+    def __init__(self, bbox_reg_weights, apply_regression, class_agnostic=False, **kwargs):
         super().__init__(**kwargs)
         self.bbox_reg_weights = tuple(float(w) for w in bbox_reg_weights)
         self.apply_regression = bool(apply_regression)
         self.class_agnostic = bool(class_agnostic)
-        self.score_threshold = float(score_threshold)
-        self.nms_threshold = float(nms_threshold)
-        self.detections_per_image = int(detections_per_image)
 
     def call(self, inputs):
         rois, num_rois, cls_prob, bbox_pred, image_info = inputs
@@ -69,30 +57,71 @@ class DetectionOutput(keras.layers.Layer):
         cls_prob = tf.reshape(tf.cast(cls_prob, tf.float32), [batch, num, num_classes])
         real = tf.range(num)[None, :] < num_rois[:, None]
         cls_prob = tf.where(real[..., None], cls_prob, 0.0)
+        image_info = tf.cast(image_info, tf.float32)
+        boxes = tf.cast(rois, tf.float32) / image_info[:, 2, None, None]
+        if not self.apply_regression:
+            return cls_prob, boxes[:, :, None, :]
         deltas = tf.reshape(tf.cast(bbox_pred, tf.float32), [batch, num, -1, 4])
         if self.class_agnostic:  # (bg, fg) regressors: keep the foreground one (Detectron's [:, -4:])
             deltas = deltas[:, :, -1:, :]
-        image_info = tf.cast(image_info, tf.float32)
+        boxes = decode_boxes(boxes[:, :, None, :], deltas, self.bbox_reg_weights)
+        return cls_prob, clip_boxes(boxes, image_info[:, 0], image_info[:, 1])
 
-        def one_image(args):
-            image_rois, scores, image_deltas, info = args
-            boxes = image_rois / info[2]
-            if self.apply_regression:
-                boxes = decode_boxes(boxes[:, None, :], image_deltas, self.bbox_reg_weights)
-                boxes = clip_boxes(boxes, info[0], info[1])
-            else:
-                boxes = boxes[:, None, :]
-            return per_class_nms(boxes, scores, self.score_threshold, self.nms_threshold, self.detections_per_image)
+    def compute_output_spec(self, inputs):
+        batch = inputs[0].shape[0]
+        return keras.KerasTensor((batch, None, None), "float32"), keras.KerasTensor((batch, None, None, 4), "float32")
 
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            bbox_reg_weights=self.bbox_reg_weights,
+            apply_regression=self.apply_regression,
+            class_agnostic=self.class_agnostic,
+        )
+        return config
+
+
+class DetectionOutput(ClassBoxes):
+    """Box head outputs -> final detections of each image, in original-image pixels.
+
+    ClassBoxes, then Detectron's box_results_with_nms_and_limit per image: per-class NMS (or soft-NMS
+    when `soft_nms` = (method, sigma)), box voting when `voting` = (VOTE_TH, scoring method), and the
+    DETECTIONS_PER_IM limit (`tfdet.ops.nms.per_class_nms`). Called as ClassBoxes; returns boxes
+    (B, D, 4), scores (B, D), classes (B, D), num_detections (B,).
+    """
+
+    def __init__(self, bbox_reg_weights, apply_regression, score_threshold, nms_threshold, detections_per_image,
+                 class_agnostic=False, soft_nms=None, voting=None, **kwargs):  # fmt: skip
+        super().__init__(bbox_reg_weights, apply_regression, class_agnostic, **kwargs)
+        self.score_threshold = float(score_threshold)
+        self.nms_threshold = float(nms_threshold)
+        self.detections_per_image = int(detections_per_image)
+        self.soft_nms = None if soft_nms is None else (str(soft_nms[0]), float(soft_nms[1]))
+        self.voting = None if voting is None else (float(voting[0]), str(voting[1]))
+
+    def call(self, inputs):
+        scores, boxes = super().call(inputs)
         return tf.map_fn(
-            one_image,
-            (tf.cast(rois, tf.float32), cls_prob, deltas, image_info),
+            lambda args: self.select(*args),
+            (scores, boxes),
             fn_output_signature=(
                 tf.TensorSpec([self.detections_per_image, 4], tf.float32),
                 tf.TensorSpec([self.detections_per_image], tf.float32),
                 tf.TensorSpec([self.detections_per_image], tf.int32),
                 tf.TensorSpec([], tf.int32),
             ),
+        )
+
+    def select(self, scores, boxes):
+        """One image's detections from its class scores (N, C) and class boxes (N, K, 4)."""
+        return per_class_nms(
+            boxes,
+            scores,
+            self.score_threshold,
+            self.nms_threshold,
+            self.detections_per_image,
+            soft_nms=None if self.soft_nms is None else SoftNMS(*self.soft_nms),
+            voting=None if self.voting is None else BoxVoting(*self.voting),
         )
 
     def compute_output_spec(self, inputs):
@@ -107,12 +136,11 @@ class DetectionOutput(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            bbox_reg_weights=self.bbox_reg_weights,
-            apply_regression=self.apply_regression,
-            class_agnostic=self.class_agnostic,
             score_threshold=self.score_threshold,
             nms_threshold=self.nms_threshold,
             detections_per_image=self.detections_per_image,
+            soft_nms=self.soft_nms,
+            voting=self.voting,
         )
         return config
 

@@ -47,30 +47,11 @@ def build_model(cfg, training=False):
 
 def _build_inference_model(cfg):
     """The inference graph (inputs and outputs in the module docstring)."""
-    if cfg.MODEL.TYPE != "generalized_rcnn":
-        raise ValueError(f"MODEL.TYPE {cfg.MODEL.TYPE!r} is not supported; tfdet builds 'generalized_rcnn'")
-    inputs = {"images": keras.Input((None, None, 3), name="images"), "image_info": keras.Input((3,), name="image_info")}
-    body = BODIES.get(cfg.MODEL.CONV_BODY)(cfg, inputs["images"])
-    if cfg.RPN.RPN_ON:
-        im_info = ImInfo(name="im_info")(inputs["images"], inputs["image_info"])
-        proposals, proposal_scores, num_proposals = add_proposals(cfg, add_rpn_head(cfg, body), im_info)
-        if cfg.MODEL.RPN_ONLY:
-            outputs = {"proposals": proposals, "proposal_scores": proposal_scores, "num_proposals": num_proposals}
-            return keras.Model(inputs, outputs, name="rpn")
-    else:
-        inputs["proposals"] = keras.Input((None, 4), name="proposals")
-        inputs["num_proposals"] = keras.Input((), dtype="int32", name="num_proposals")
-        proposals = ScaleBoxes(name="proposal_rois")(inputs["proposals"], inputs["image_info"])
-        num_proposals = inputs["num_proposals"]
-    outputs = _add_detection_outputs(cfg, body, proposals, num_proposals, inputs["image_info"])
-    return keras.Model(inputs, outputs, name="generalized_rcnn")
-
-
-def _add_detection_outputs(cfg, body, proposals, num_proposals, image_info):
-    """Box head on the proposals, detections, then mask and keypoint heads on the detections."""
-    rois, box_indices = FlattenRoIs(name="rois")(proposals)
-    box_head = BOX_HEADS.get(cfg.FAST_RCNN.ROI_BOX_HEAD)(cfg, body, rois, box_indices)
-    box_outputs = add_fast_rcnn_outputs(cfg, box_head)
+    inputs, body, proposals, proposal_scores, num_proposals = add_body_and_proposals(cfg)
+    if cfg.MODEL.RPN_ONLY:
+        outputs = {"proposals": proposals, "proposal_scores": proposal_scores, "num_proposals": num_proposals}
+        return keras.Model(inputs, outputs, name="rpn")
+    box_head, box_outputs = add_box_head(cfg, body, proposals)
     boxes, scores, classes, num_detections = DetectionOutput(
         bbox_reg_weights=cfg.MODEL.BBOX_REG_WEIGHTS,
         apply_regression=cfg.TEST.BBOX_REG,
@@ -78,13 +59,60 @@ def _add_detection_outputs(cfg, body, proposals, num_proposals, image_info):
         score_threshold=cfg.TEST.SCORE_THRESH,
         nms_threshold=cfg.TEST.NMS,
         detections_per_image=cfg.TEST.DETECTIONS_PER_IM,
+        soft_nms=soft_nms_setting(cfg),
+        voting=voting_setting(cfg),
         name="detections",
-    )([proposals, num_proposals, box_outputs.cls_prob, box_outputs.bbox_pred, image_info])
+    )([proposals, num_proposals, box_outputs.cls_prob, box_outputs.bbox_pred, inputs["image_info"]])
     outputs = {"boxes": boxes, "scores": scores, "classes": classes, "num_detections": num_detections}
-    if cfg.MODEL.MASK_ON or cfg.MODEL.KEYPOINTS_ON:
-        det_rois, det_indices, positions, det_boxes = RealDetectionRoIs(name="detection_rois")(
-            [boxes, num_detections, image_info]
-        )
+    outputs.update(add_instance_outputs(cfg, body, box_head, boxes, classes, num_detections, inputs["image_info"]))
+    return keras.Model(inputs, outputs, name="generalized_rcnn")
+
+
+def soft_nms_setting(cfg):
+    """TEST.SOFT_NMS as (method, sigma), or None when disabled."""
+    return (cfg.TEST.SOFT_NMS.METHOD, cfg.TEST.SOFT_NMS.SIGMA) if cfg.TEST.SOFT_NMS.ENABLED else None
+
+
+def voting_setting(cfg):
+    """TEST.BBOX_VOTE as (VOTE_TH, SCORING_METHOD), or None when disabled."""
+    return (cfg.TEST.BBOX_VOTE.VOTE_TH, cfg.TEST.BBOX_VOTE.SCORING_METHOD) if cfg.TEST.BBOX_VOTE.ENABLED else None
+
+
+def add_body_and_proposals(cfg):
+    """(inputs, body, proposals, proposal_scores, num_proposals): the model inputs, the backbone, and the
+    RoIs the box head sees (B, N, 4) in input pixels, with their RPN scores (None for given proposals)."""
+    if cfg.MODEL.TYPE != "generalized_rcnn":
+        raise ValueError(f"MODEL.TYPE {cfg.MODEL.TYPE!r} is not supported; tfdet builds 'generalized_rcnn'")
+    inputs = {"images": keras.Input((None, None, 3), name="images"), "image_info": keras.Input((3,), name="image_info")}
+    body = BODIES.get(cfg.MODEL.CONV_BODY)(cfg, inputs["images"])
+    if cfg.RPN.RPN_ON:
+        im_info = ImInfo(name="im_info")(inputs["images"], inputs["image_info"])
+        proposals, proposal_scores, num_proposals = add_proposals(cfg, add_rpn_head(cfg, body), im_info)
+    else:
+        inputs["proposals"] = keras.Input((None, 4), name="proposals")
+        inputs["num_proposals"] = keras.Input((), dtype="int32", name="num_proposals")
+        proposals = ScaleBoxes(name="proposal_rois")(inputs["proposals"], inputs["image_info"])
+        proposal_scores, num_proposals = None, inputs["num_proposals"]
+    return inputs, body, proposals, proposal_scores, num_proposals
+
+
+def add_box_head(cfg, body, proposals):
+    """(box head output, its cls_prob / bbox_pred outputs) on the proposals (B, N, 4) in input pixels."""
+    rois, box_indices = FlattenRoIs(name="rois")(proposals)
+    box_head = BOX_HEADS.get(cfg.FAST_RCNN.ROI_BOX_HEAD)(cfg, body, rois, box_indices)
+    return box_head, add_fast_rcnn_outputs(cfg, box_head)
+
+
+def add_instance_outputs(cfg, body, box_head, boxes, classes, num_detections, image_info, heatmaps=False):
+    """Mask and keypoint heads on given detections (boxes (B, D, 4) in original pixels, classes (B, D),
+    num_detections (B,)): `mask_probs` (B, D, M, M) of each box's class when MASK_ON, and `keypoints`
+    (B, D, K, 4) when KEYPOINTS_ON, or their raw `keypoint_heatmaps` (B, D, S, S, K) if `heatmaps`."""
+    outputs = {}
+    if not (cfg.MODEL.MASK_ON or cfg.MODEL.KEYPOINTS_ON):
+        return outputs
+    det_rois, det_indices, positions, det_boxes = RealDetectionRoIs(name="detection_rois")(
+        [boxes, num_detections, image_info]
+    )
     if cfg.MODEL.MASK_ON:
         mask_head = MASK_HEADS.get(cfg.MRCNN.ROI_MASK_HEAD)(cfg, body, det_rois, det_indices, box_head)
         mask_probs = SelectClassMasks(name="class_mask_probs")(
@@ -93,9 +121,14 @@ def _add_detection_outputs(cfg, body, proposals, num_proposals, image_info):
         outputs["mask_probs"] = ScatterToDetections(name="mask_probs")([mask_probs, positions, classes])
     if cfg.MODEL.KEYPOINTS_ON:
         keypoint_head = KEYPOINT_HEADS.get(cfg.KRCNN.ROI_KEYPOINTS_HEAD)(cfg, body, det_rois, det_indices)
-        heatmaps = add_keypoint_outputs(cfg, keypoint_head)
-        keypoints = HeatmapsToKeypoints(min_size=cfg.KRCNN.INFERENCE_MIN_SIZE, name="roi_keypoints")(
-            [heatmaps, det_boxes]
-        )
-        outputs["keypoints"] = ScatterToDetections(name="keypoints")([keypoints, positions, classes])
+        keypoint_maps = add_keypoint_outputs(cfg, keypoint_head)
+        if heatmaps:
+            outputs["keypoint_heatmaps"] = ScatterToDetections(name="keypoint_heatmaps")(
+                [keypoint_maps, positions, classes]
+            )
+        else:
+            keypoints = HeatmapsToKeypoints(min_size=cfg.KRCNN.INFERENCE_MIN_SIZE, name="roi_keypoints")(
+                [keypoint_maps, det_boxes]
+            )
+            outputs["keypoints"] = ScatterToDetections(name="keypoints")([keypoints, positions, classes])
     return outputs

@@ -1,0 +1,131 @@
+"""Test-time augmentation in Predictor against Detectron's core/test.py restated in NumPy
+(tests/numpy_detectron_test_time.py), on a demo photo with a seeded random-weight tiny Mask + Keypoint
+R-CNN (17 COCO keypoints, so that heatmap flips use Detectron's COCO flip map). The network is the
+oracle: the reference gets its raw outputs (rois, cls_prob, bbox_pred; the heads' outputs for given
+boxes) and does every transform, inversion, decoding, combination and the NMS itself.
+
+Two configs run end to end: the transforms of TEST.*_AUG (flip, two scales with flips — the larger
+capped by MAX_SIZE — and an aspect ratio with its flip), NMS and linear soft-NMS with IoU-weighted box
+voting, SOFT_AVG / LOGIT_AVG masks, HM_AVG with SCALE_SIZE_DEP / HM_MAX heatmaps. SOFT_MAX (the third
+mask heuristic) is checked on the combination itself; gaussian soft-NMS and the other voting methods
+in tests/test_soft_nms_and_voting.py.
+"""
+
+import cv2
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import numpy_detectron_test_time as det
+from conftest import shared_path
+from test_keypoints import detectron_heatmaps_to_keypoints
+from training_fixtures import tiny_cfg
+from tfdet.config import ConfigError
+from tfdet.inference import Predictor
+from tfdet.test_time_augmentation import combine_masks
+
+TRANSFORMS = ("H_FLIP", "True", "SCALES", "(96, 160)", "SCALE_H_FLIP", "True", "MAX_SIZE", "200",
+              "ASPECT_RATIOS", "(0.75,)", "ASPECT_RATIO_H_FLIP", "True")  # fmt: skip
+MODEL = ("KRCNN.NUM_KEYPOINTS", "17", "TEST.SCORE_THRESH", "0.2", "TEST.DETECTIONS_PER_IM", "20")
+CONFIGS = {
+    "soft_linear_iou_avg_vote": ("TEST.SOFT_NMS.ENABLED", "True", "TEST.BBOX_VOTE.ENABLED", "True",
+                                 "TEST.BBOX_VOTE.SCORING_METHOD", "IOU_AVG", "TEST.MASK_AUG.HEUR", "SOFT_AVG",
+                                 "TEST.KPS_AUG.HEUR", "HM_AVG", "TEST.KPS_AUG.SCALE_SIZE_DEP", "True",
+                                 "TEST.KPS_AUG.AREA_TH", "3000"),
+    "nms_logit_avg_hm_max": ("TEST.MASK_AUG.HEUR", "LOGIT_AVG", "TEST.KPS_AUG.HEUR", "HM_MAX"),
+}  # fmt: skip
+
+
+def tta_cfg(*extra):
+    augment = [f"TEST.{section}.{key}" if i % 2 == 0 else key for section in ("BBOX_AUG", "MASK_AUG", "KPS_AUG")
+               for i, key in enumerate(("ENABLED", "True", *TRANSFORMS))]  # fmt: skip
+    return tiny_cfg(*MODEL, *augment, *extra)
+
+
+def demo_image():
+    image = cv2.imread(str(sorted(shared_path("data", "detectron_demo").glob("*.jpg"))[0]))
+    return cv2.resize(image, (200, 150), interpolation=cv2.INTER_AREA)
+
+
+def oracle(predictor):
+    """The network of the Predictor's test-time models as Detectron's workspace exposes it."""
+    models = predictor._augmentation.models
+    rois, num_rois, cls_prob, bbox_pred, _ = models.all_layers.get_layer("class_boxes").input
+    raw = tf.function(keras.Model(models.box_model.input, [rois, num_rois, cls_prob, bbox_pred]),
+                      reduce_retracing=True, autograph=False)  # fmt: skip
+    heads = tf.function(models.heads_model, reduce_retracing=True, autograph=False)
+
+    def boxes_net(blob, im_info):
+        rois, num, cls_prob, bbox_pred = (np.asarray(t) for t in raw({"images": blob, "image_info": im_info}))
+        count = int(num[0])
+        return rois[0, :count], cls_prob[:count], bbox_pred[:count]
+
+    def heads_net(blob, im_info, boxes, classes):
+        outputs = heads({
+            "images": blob, "image_info": im_info, "detection_boxes": boxes[None].astype(np.float32),
+            "detection_classes": classes[None], "num_detections": np.array([len(boxes)], np.int32),
+        })  # fmt: skip
+        return {name: np.asarray(value)[0, : len(boxes)] for name, value in outputs.items()}
+
+    return det.Network(boxes_net, heads_net, predictor.cfg.FPN.COARSEST_STRIDE)
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def compared(request):
+    keras.utils.set_random_seed(0)
+    predictor = Predictor(tta_cfg(*CONFIGS[request.param]))
+    image = demo_image()
+    got = predictor.predict(image)
+    want = det.im_detect_all(oracle(predictor), predictor.cfg, image)
+    return request.param, predictor, got, want
+
+
+def test_bbox_aug_matches_numpy_reference(compared):
+    _, _, got, want = compared
+    rows = want["rows"]
+    assert len(rows) >= 5 and len(got["scores"]) == len(rows)
+    np.testing.assert_array_equal(got["classes"], [r[1] for r in rows])
+    np.testing.assert_allclose(got["scores"], [r[0] for r in rows], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got["boxes"], np.array([r[2] for r in rows]), rtol=0, atol=1e-3)
+
+
+def test_mask_aug_matches_numpy_reference(compared):
+    _, predictor, got, want = compared
+    height, width = demo_image().shape[:2]
+    pasted = predictor._paste(want["mask_probs"], got["boxes"], np.int32(height), np.int32(width),
+                              np.float32(predictor.cfg.MRCNN.THRESH_BINARIZE)).numpy()  # fmt: skip
+    assert pasted.shape == got["masks"].shape and pasted.any()
+    for ours, theirs in zip(got["masks"], pasted):
+        assert (ours & theirs).sum() >= 0.99 * (ours | theirs).sum()
+
+
+def test_keypoint_aug_matches_numpy_reference(compared):
+    _, _, got, want = compared
+    boxes = np.array([r[2] for r in want["rows"]], np.float32)
+    expected = detectron_heatmaps_to_keypoints(want["heatmaps"], boxes)
+    np.testing.assert_allclose(got["keypoints"][..., :2], expected[..., :2], atol=1e-2)
+    np.testing.assert_allclose(got["keypoints"][..., 2], expected[..., 2], atol=1e-3)
+    np.testing.assert_allclose(got["keypoint_probs"], expected[..., 3], atol=1e-4)
+
+
+def test_augmentation_changes_the_result(compared):
+    """The comparisons mean something: without the transforms, the same network gives other detections."""
+    _, predictor, got, _ = compared
+    plain = det.im_detect_all(oracle(predictor), tiny_cfg(*MODEL), demo_image())["rows"]
+    assert len(plain) != len(got["scores"]) or not np.allclose([r[2] for r in plain], got["boxes"], atol=1)
+
+
+@pytest.mark.parametrize("heuristic", ["SOFT_AVG", "SOFT_MAX", "LOGIT_AVG"])
+def test_mask_heuristics_combine_as_detectron(rng, heuristic):
+    masks = rng.uniform(0, 1, (4, 3, 14, 14)).astype(np.float32)
+    masks[0, 0, 0, :3] = [0.0, 1.0, 1e-30]  # logit's clamps
+    got = combine_masks(list(masks), heuristic)
+    np.testing.assert_allclose(got, det.combine_masks(list(masks), heuristic), rtol=1e-6, atol=1e-7)
+
+
+def test_keypoint_flips_need_coco_keypoints():
+    with pytest.raises(ConfigError, match="TEST.KPS_AUG flips: .*KRCNN.NUM_KEYPOINTS 5"):
+        Predictor(tiny_cfg("TEST.KPS_AUG.ENABLED", "True", "TEST.KPS_AUG.H_FLIP", "True"))
+
+
