@@ -4,7 +4,7 @@ the config enables it)."""
 import numpy as np
 import tensorflow as tf
 
-from tfdet.config import Config, load_config
+from tfdet.config import Config, check_supported, load_config
 from tfdet.graph_options import cpu_graph_options
 from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
@@ -22,6 +22,7 @@ class Predictor:
 
     def __init__(self, cfg, weights=None):
         self.cfg = cfg if isinstance(cfg, Config) else load_config(cfg)
+        check_supported(self.cfg, "inference")  # a key tfdet does not implement is refused, never ignored
         if weights is None:
             self.model = build_model(self.cfg)
         else:
