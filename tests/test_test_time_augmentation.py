@@ -21,8 +21,9 @@ import numpy_detectron_test_time as det
 from conftest import shared_path
 from test_keypoints import detectron_heatmaps_to_keypoints
 from training_fixtures import tiny_cfg
-from tfdet.config import ConfigError
+from tfdet.config import ConfigError, load_config
 from tfdet.inference import Predictor
+from tfdet.modeling import build_model
 from tfdet.test_time_augmentation import combine_masks
 
 TRANSFORMS = ("H_FLIP", "True", "SCALES", "(96, 160)", "SCALE_H_FLIP", "True", "MAX_SIZE", "200",
@@ -129,3 +130,37 @@ def test_keypoint_flips_need_coco_keypoints():
         Predictor(tiny_cfg("TEST.KPS_AUG.ENABLED", "True", "TEST.KPS_AUG.H_FLIP", "True"))
 
 
+
+
+@pytest.mark.slow
+def test_x152_test_section_on_a_detectron_file_matches_numpy_reference(tmp_path):
+    """The zoo's X-152 1.44x TEST section (scales 400-1200 with flips, MAX_SIZE 2000, SOFT_AVG masks, voting
+    at 0.9) on Mask R-CNN R-50-FPN loaded from a Detectron .pkl, on a full-size demo photo (minutes on CPU)."""
+    import warnings
+
+    import yaml
+
+    from porting.detectron_writer import model_to_blobs, write_detectron_pkl
+
+    zoo = shared_path("detectron", "configs", "12_2017_baselines")
+    test = yaml.safe_load((zoo / "e2e_mask_rcnn_X-152-32x8d-FPN-IN5k_1.44x.yaml").read_text())["TEST"]
+    overrides = {f"TEST.{s}": test[s] for s in ("BBOX_AUG", "MASK_AUG", "BBOX_VOTE")}
+    overrides.update({"MODEL.NUM_CLASSES": 5, "TEST.SCORE_THRESH": 0.2})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = load_config(zoo / "e2e_mask_rcnn_R-50-FPN_1x.yaml", overrides)
+    keras.utils.set_random_seed(0)
+    model = build_model(cfg)  # Detectron's random initialisation, written as a Detectron file
+    classifier = model.get_layer("cls_score")  # spread its near-uniform scores (see test_savedmodel)
+    classifier.kernel.assign(classifier.kernel * 30.0)
+    weights = tmp_path / "model_final.pkl"
+    write_detectron_pkl(weights, model_to_blobs(model, cfg.MRCNN.ROI_MASK_HEAD), cfg.dump())
+    predictor = Predictor(cfg, weights)
+    image = cv2.imread(str(sorted(shared_path("data", "detectron_demo").glob("*.jpg"))[0]))
+    got = predictor.predict(image)
+    want = det.im_detect_all(oracle(predictor), cfg, image)
+    rows = want["rows"]
+    assert len(rows) >= 3 and len(got["scores"]) == len(rows)
+    np.testing.assert_array_equal(got["classes"], [r[1] for r in rows])
+    np.testing.assert_allclose(got["scores"], [r[0] for r in rows], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got["boxes"], np.array([r[2] for r in rows]), rtol=0, atol=1e-2)
