@@ -36,7 +36,7 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from tfdet.config import load_config
+from tfdet.config import check_supported, load_config
 from tfdet.console import add_verbose_flag
 from tfdet.data.coco_classes import model_categories
 from tfdet.evaluation.results import KEYPOINT_CONFIDENCES, detections_to_coco, write_results
@@ -289,6 +289,7 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         cfg = load_config(args.cfg, args.opts)
+        check_supported(cfg, "inference")  # before the weights: a refused key is the config's problem
         inputs, categories = check_usage(args, cfg)
         if not pathlib.Path(args.weights).is_file():
             raise UsageError(f"{args.weights}: no such weights file")

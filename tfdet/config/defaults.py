@@ -42,7 +42,7 @@ DEFAULTS = (
     ("TRAIN.GT_MIN_AREA", -1, "Ignore GT objects smaller than this area."),
     ("TRAIN.FREEZE_CONV_BODY", False, "Stop gradients at the output of the whole backbone."),
     ("TRAIN.AUTO_RESUME", True, "Resume from the latest checkpoint found in OUTPUT_DIR."),
-    ("TRAIN.COPY_WEIGHTS", False, "Copy TRAIN.WEIGHTS into OUTPUT_DIR and treat it as a checkpoint."),
+    ("TRAIN.COPY_WEIGHTS", False, "Copy the TRAIN.WEIGHTS file into OUTPUT_DIR before training."),
     ("TRAIN.FREEZE_AT", 2, "Freeze the backbone up to this stage (0 none, 2 conv1+res2, ... 5)."),
     # ---- DATA_LOADER ----
     ("DATA_LOADER.NUM_THREADS", 4, "Data loading threads."),
@@ -100,11 +100,11 @@ DEFAULTS = (
     ("TEST.KPS_AUG.ASPECT_RATIOS", (), "Extra aspect ratios (relative to the width) to test at."),
     ("TEST.KPS_AUG.ASPECT_RATIO_H_FLIP", False, "Add a horizontal flip at every extra aspect ratio."),
     ("TEST.SOFT_NMS.ENABLED", False, "Use soft-NMS instead of NMS (its IoU threshold is TEST.NMS)."),
-    ("TEST.SOFT_NMS.METHOD", "linear", "Soft-NMS score decay: linear or gaussian."),
+    ("TEST.SOFT_NMS.METHOD", "linear", "Soft-NMS score decay: linear, gaussian or hard."),
     ("TEST.SOFT_NMS.SIGMA", 0.5, "Soft-NMS gaussian sigma."),
     ("TEST.BBOX_VOTE.ENABLED", False, "Refine kept boxes by voting among overlapping ones (after TEST.NMS)."),
     ("TEST.BBOX_VOTE.VOTE_TH", 0.8, "Boxes overlapping a kept box by at least this IoU vote."),
-    ("TEST.BBOX_VOTE.SCORING_METHOD", "ID", "Voted score: ID, AVG, IOU_AVG, GENERALIZED_AVG or QUASI_SUM."),
+    ("TEST.BBOX_VOTE.SCORING_METHOD", "ID", "Voted score: ID, TEMP_AVG, AVG, IOU_AVG, GENERALIZED_AVG or QUASI_SUM."),
     ("TEST.BBOX_VOTE.SCORING_METHOD_BETA", 1.0, "Parameter of the voting score method."),
     # ---- MODEL ----
     ("MODEL.TYPE", "", "Model builder, a Detectron model_builder function name (generalized_rcnn)."),
