@@ -4,9 +4,10 @@
 Detectron `.pkl` into the tfdet model of a config (by default the config saved in the file):
 writes DIR/model.weights.h5, DIR/config.yaml (the effective config, with the file's box regression
 weights), DIR/preserved_blobs.npz (the file's unused blobs, for re-saving) and prints a report of
-loaded, ignored, preserved, missing and mismatched blobs. Exit status 1 when blobs are missing
-(unless --allow-missing) or mismatched, or the model is unknown; 2 when the file cannot be read
-safely.
+loaded, ignored, preserved, missing and mismatched blobs and the fields checked against the config.
+Exit status 1 when blobs are missing (unless --allow-missing) or mismatched, the model is unknown, or
+the file contradicts the config (the saved cfg's model keys; a .pth's RPN anchors: porting.config_checks;
+a warning with --allow-missing); 2 when the file cannot be read safely. Nothing is written then.
 
 `maskrcnn-benchmark --cfg X.yaml --weights model.pth --out DIR [--allow-missing] [KEY VALUE ...]`
 ports a maskrcnn-benchmark checkpoint, read without torch, the same way (its `iteration` reported).
@@ -32,6 +33,7 @@ from porting.pickle_reader import WeightFileError
 from tfdet.console import add_verbose_flag
 
 PRESERVED_FILE = "preserved_blobs.npz"
+INITIALISES = "the file then only initialises the model: its conflicts with the config are warned about"
 
 
 def _parse(argv):
@@ -42,14 +44,14 @@ def _parse(argv):
     detectron.add_argument("--cfg", help="Detectron YAML config of the model (default: the config saved in the file)")
     detectron.add_argument("--weights", required=True, help="Detectron .pkl weight file")
     detectron.add_argument("--out", required=True, help="output folder")
-    detectron.add_argument("--allow-missing", action="store_true", help="accept blobs absent from the file (ImageNet backbones)")
+    detectron.add_argument("--allow-missing", action="store_true", help=f"accept blobs absent from the file (ImageNet backbones); {INITIALISES}")
     detectron.add_argument("opts", nargs="*", help="config overrides KEY VALUE ...")
     benchmark = commands.add_parser("maskrcnn-benchmark", help="port a maskrcnn-benchmark .pth (read without torch)")
     add_verbose_flag(benchmark)
     benchmark.add_argument("--cfg", required=True, help="Detectron-style YAML config of the model")
     benchmark.add_argument("--weights", required=True, help="maskrcnn-benchmark .pth checkpoint or state dict")
     benchmark.add_argument("--out", required=True, help="output folder")
-    benchmark.add_argument("--allow-missing", action="store_true", help="accept weights absent from the file")
+    benchmark.add_argument("--allow-missing", action="store_true", help=f"accept weights absent from the file; {INITIALISES}")
     benchmark.add_argument("opts", nargs="*", help="config overrides KEY VALUE ...")
     export = commands.add_parser("export-detectron", help="write tfdet weights as a Detectron .pkl")
     add_verbose_flag(export)

@@ -4,7 +4,9 @@ Each Keras variable has one Detectron blob name and layout rule (`tfdet.modeling
 A variable takes the blob of its name; when that is absent and the name carries a `_[tag]_`
 prefix, it takes the un-prefixed blob (Detectron's `]_` rule). Blobs that are in Detectron files
 for other reasons are ignored on purpose and listed; missing blobs and shape mismatches make the
-report fail (`allow_missing` accepts missing ones, for ImageNet backbone files).
+report fail (`allow_missing` accepts missing ones, for ImageNet backbone files). A trained file's saved
+config is checked against the model's (`porting.config_checks`): a contradiction refuses the port, or,
+with `allow_missing` (the file only initialises a model that will be trained), is warned about.
 """
 
 import dataclasses
@@ -14,6 +16,7 @@ import warnings
 import numpy as np
 from tqdm import tqdm
 
+from porting.config_checks import check_saved_cfg, conflict_error
 from porting.embedded_cfg import bbox_reg_weights_from_cfg
 from porting.pickle_reader import read_weight_file
 from tfdet.modeling.detectron_names import model_blobs
@@ -36,7 +39,8 @@ def ignore_reason(name):
 
 @dataclasses.dataclass
 class PortReport:
-    """What a port did: loaded, ignored (with why), missing, mismatched and unused blobs."""
+    """What a port did: loaded, ignored (with why), missing, mismatched and unused blobs, and the file's
+    fields checked against the config (equal, or in conflict)."""
 
     path: str
     loaded: list = dataclasses.field(default_factory=list)  # (blob, caffe2 shape, source blob)
@@ -44,6 +48,8 @@ class PortReport:
     missing: list = dataclasses.field(default_factory=list)  # (blob, expected caffe2 shape)
     mismatched: list = dataclasses.field(default_factory=list)  # (blob, expected, found)
     unused: list = dataclasses.field(default_factory=list)  # blobs of the file no variable took
+    checked: list = dataclasses.field(default_factory=list)  # (field, how it agrees with the config)
+    conflicts: list = dataclasses.field(default_factory=list)  # (field, how it contradicts the config, remedy)
     bbox_reg_weights: tuple = (10.0, 10.0, 5.0, 5.0)
     # file arrays no variable took, momentum excepted, kept for re-saving as Detectron's
     # `__preserve__/` blobs are (initialize_gpu_from_weights_file)
@@ -51,7 +57,7 @@ class PortReport:
 
     @property
     def ok(self):
-        return not self.missing and not self.mismatched
+        return not self.missing and not self.mismatched and not self.conflicts
 
     def format(self):
         """A human-readable report, one line per problem, counts for the rest."""
@@ -59,16 +65,25 @@ class PortReport:
         fallbacks = [(b, src) for b, _, src in self.loaded if src != b]
         lines += [f"  loaded {b} from {src} (Detectron's ']_' rule)" for b, src in fallbacks]
         lines.append(f"  ignored {len(self.ignored)} blobs on purpose:")
-        reasons = {}
-        for blob, reason in self.ignored:
-            reasons.setdefault(reason, []).append(blob)
-        lines += [f"    {len(blobs)} x {reason}: {', '.join(blobs[:4])}{' ...' if len(blobs) > 4 else ''}" for reason, blobs in reasons.items()]
+        lines += _grouped(self.ignored)
+        if self.checked:
+            lines.append(f"  checked {len(self.checked)} fields against the config:")
+            lines += _grouped(self.checked)
+        lines += [f"  CONFLICT {field} {detail}; {remedy}" for field, detail, remedy in self.conflicts]
         lines += [f"  MISSING {b}: expected shape {s}" for b, s in self.missing]
         lines += [f"  SHAPE MISMATCH {b}: model expects {e}, file has {f}" for b, e, f in self.mismatched]
         if self.unused:
             lines.append(f"  unused (kept, not loaded): {', '.join(self.unused)}")
         lines.append(f"  preserved {len(self.preserved)} unused blobs for re-saving")
         return "\n".join(lines)
+
+
+def _grouped(entries):
+    """Report lines for (name, reason) entries: one line per reason, its count and first names."""
+    reasons = {}
+    for name, reason in entries:
+        reasons.setdefault(reason, []).append(name)
+    return [f"    {len(names)} x {reason}: {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}" for reason, names in reasons.items()]
 
 
 def _source_blob(name, blobs):
@@ -82,13 +97,9 @@ def _source_blob(name, blobs):
     return None
 
 
-def port_blobs(model, blobs, path="<blobs>", mask_head="", allow_missing=False, progress=False):
-    """Assign `blobs` (Detectron names, Caffe2 layouts) to the model's variables; returns a PortReport.
-
-    Nothing is assigned unless every blob found has the right shape and, without `allow_missing`,
-    none is missing: a failed port leaves the model as it was. `progress` shows a bar on stderr.
-    """
-    report = PortReport(path=str(path))
+def match_blobs(model, blobs, report, mask_head="", progress=False):
+    """Fill `report` with which blob each variable of the model takes; returns the (variable, value)
+    assignments, none made yet. `progress` shows a bar on stderr."""
     used = set()
     assignments = []
     variables = list(model_blobs(model, mask_head))
@@ -113,32 +124,70 @@ def port_blobs(model, blobs, path="<blobs>", mask_head="", allow_missing=False, 
             report.unused.append(name)
         if not name.endswith("_momentum"):
             report.preserved[name] = np.asarray(blobs[name])
+    return assignments
+
+
+def _assign(assignments):
+    for variable, value in assignments:
+        variable.assign(value.astype(variable.dtype, copy=False))
+
+
+def port_blobs(model, blobs, path="<blobs>", mask_head="", allow_missing=False, progress=False):
+    """Assign `blobs` (Detectron names, Caffe2 layouts) to the model's variables; returns a PortReport.
+
+    Nothing is assigned unless every blob found has the right shape and, without `allow_missing`,
+    none is missing: a failed port leaves the model as it was. `progress` shows a bar on stderr.
+    """
+    report = PortReport(path=str(path))
+    assignments = match_blobs(model, blobs, report, mask_head, progress)
     if not report.mismatched and (allow_missing or not report.missing):
-        for variable, value in assignments:
-            variable.assign(value.astype(variable.dtype, copy=False))
+        _assign(assignments)
     return report
+
+
+def finish_port(report, assignments, path, allow_missing=False):
+    """Make the assignments of a matched port, or raise ValueError and assign nothing.
+
+    Shape mismatches refuse the port (the report in the message), so do missing blobs and conflicts with
+    the config (in one line) unless `allow_missing`: then the file only initialises a model that will be
+    trained, and the conflicts are warned about in that line.
+    """
+    if report.mismatched or (report.missing and not allow_missing):
+        raise ValueError(f"Cannot load {path} into this model:\n{report.format()}")
+    if report.conflicts and not allow_missing:
+        raise ValueError(conflict_error(report.conflicts, path))
+    if report.conflicts:
+        warnings.warn(f"{conflict_error(report.conflicts, path)} (accepted: allow_missing, the file only initialises the model)")
+    _assign(assignments)
 
 
 def load_detectron_weights(model, cfg, path, allow_missing=False, progress=False):
     """Load a Detectron `.pkl` into `model` (built from `cfg`); returns the PortReport.
 
     Raises ValueError with the report when blobs are missing (unless `allow_missing`) or have the
-    wrong shape; then no variable is changed. The file's own cfg decides the box regression
-    weights, as Detectron's `configure_bbox_reg_weights` does (files from before the key existed
-    were trained with (1, 1, 1, 1)); a difference from `cfg` is warned about and the model's
-    detection layer uses the file's weights.
+    wrong shape, and in one line when the file's saved cfg contradicts `cfg` in a key that decides
+    what the weights compute (`porting.config_checks`; a warning with `allow_missing`); then no
+    variable is changed. The file's own cfg decides the box regression weights, as Detectron's
+    `configure_bbox_reg_weights` does (files from before the key existed were trained with
+    (1, 1, 1, 1)); a difference from `cfg` is warned about and the model's detection layer uses the
+    file's weights.
     """
     return port_weight_file(model, cfg, read_weight_file(path), path, allow_missing, progress)
 
 
 def port_weight_file(model, cfg, weight_file, path, allow_missing=False, progress=False):
     """`load_detectron_weights` for the file at `path` already read (`porting.read_weight_file`)."""
-    report = port_blobs(model, weight_file.blobs, path, cfg.MRCNN.ROI_MASK_HEAD, allow_missing, progress)
+    report = PortReport(path=str(path))
+    assignments = match_blobs(model, weight_file.blobs, report, cfg.MRCNN.ROI_MASK_HEAD, progress)
     report.ignored += [(name, "not an array (training metadata)") for name in sorted(weight_file.extras)]
-    if report.mismatched or (report.missing and not allow_missing):
-        raise ValueError(f"Cannot load {path} into this model:\n{report.format()}")
-    if weight_file.cfg_text is not None:
-        report.bbox_reg_weights = bbox_reg_weights_from_cfg(weight_file.cfg())
+    saved_cfg = None if weight_file.cfg_text is None else weight_file.cfg()
+    if saved_cfg is not None:
+        checked, conflicts = check_saved_cfg(saved_cfg, cfg)
+        report.checked += checked
+        report.conflicts += conflicts
+    finish_port(report, assignments, path, allow_missing)
+    if saved_cfg is not None:
+        report.bbox_reg_weights = bbox_reg_weights_from_cfg(saved_cfg)
         _apply_bbox_reg_weights(model, cfg, report.bbox_reg_weights, path)
     return report
 

@@ -8,6 +8,10 @@ report, shape checks and all-or-nothing assignment are those of Detectron files.
 is needed: torch's Conv2d (O, I, kh, kw), ConvTranspose2d (I, O, kh, kw) and Linear (out, in) are
 Caffe2's, and both flatten RoI features in (C, H, W) order before fc6.
 
+The RPN's ``cell_anchors`` buffers change no variable but decide what the RPN's weights mean: they are
+compared with the anchors tfdet makes from the config (``porting.config_checks``), and a difference
+refuses the port as a missing blob does.
+
 Two things Detectron files have and these checkpoints do not:
 
 * ``FrozenBatchNorm2d`` carries ``running_mean`` / ``running_var`` next to ``weight`` / ``bias`` and
@@ -26,7 +30,8 @@ import dataclasses
 
 import numpy as np
 
-from porting.detectron_loader import PortReport, port_blobs
+from porting.config_checks import check_cell_anchors
+from porting.detectron_loader import PortReport, finish_port, match_blobs
 from porting.maskrcnn_benchmark_names import detectron_blob_names
 from porting.pickle_reader import WeightFileError
 from porting.pth_reader import read_pth
@@ -142,7 +147,8 @@ def load_maskrcnn_benchmark_weights(model, cfg, path, allow_missing=False, progr
     """Load a maskrcnn-benchmark `.pth` into `model` (built from `cfg`); returns a BenchmarkPortReport.
 
     Raises ValueError with the report when blobs are missing (unless `allow_missing`) or have the
-    wrong shape, as `load_detectron_weights` does; then no variable is changed. WeightFileError
+    wrong shape, as `load_detectron_weights` does, and in one line when the checkpoint's RPN anchors are
+    not the config's (a warning with `allow_missing`); then no variable is changed. WeightFileError
     (UnsafeWeightFileError) when the file cannot be read safely. Checkpoints carry no config: the
     box regression weights are `cfg`'s. `progress` shows a bar on stderr.
     """
@@ -151,15 +157,13 @@ def load_maskrcnn_benchmark_weights(model, cfg, path, allow_missing=False, progr
     mask_head = cfg.MRCNN.ROI_MASK_HEAD
     filled = _fixed_bilinear_blobs(model, mask_head, blobs)
     blobs.update({blob: value for blob, (value, _) in filled.items()})
-    report = port_blobs(model, blobs, path, mask_head, allow_missing, progress)
     report = BenchmarkPortReport(
-        **{field.name: getattr(report, field.name) for field in dataclasses.fields(report)},
-        iteration=iteration,
-        filled=[(blob, how) for blob, (_, how) in sorted(filled.items())],
+        path=str(path), iteration=iteration, filled=[(blob, how) for blob, (_, how) in sorted(filled.items())]
     )
+    assignments = match_blobs(model, blobs, report, mask_head, progress)
     report.ignored += ignored + sorted(names.ignored.items())
     report.unused += names.unknown
     report.bbox_reg_weights = tuple(cfg.MODEL.BBOX_REG_WEIGHTS)
-    if report.mismatched or (report.missing and not allow_missing):
-        raise ValueError(f"Cannot load {path} into this model:\n{report.format()}")
+    report.checked, report.conflicts = check_cell_anchors({key: state[key] for key in names.anchors}, cfg)
+    finish_port(report, assignments, path, allow_missing)
     return report

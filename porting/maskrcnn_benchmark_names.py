@@ -26,6 +26,8 @@ Parameter suffixes: conv/linear ``weight`` -> ``_w``, ``bias`` -> ``_b``; norm `
 (``make_layers.py``), hence the ``.0`` / ``.1``. A norm module with ``running_mean`` /
 ``running_var`` buffers is a ``FrozenBatchNorm2d`` (Detectron's AffineChannel ``_bn``; its
 buffers are folded into ``_bn_s`` / ``_bn_b`` by the loader), one without is a ``GroupNorm``.
+The RPN's ``rpn.anchor_generator.cell_anchors.{i}`` buffers map to no blob: they are set apart in
+``anchors`` for the loader to check against the config's anchors (``porting.config_checks``).
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class BlobNames:
     blobs: dict = dataclasses.field(default_factory=dict)  # Detectron blob -> state-dict key
     frozen_bn: dict = dataclasses.field(default_factory=dict)  # '<x>_bn' -> FrozenBatchNorm2d module prefix
     shared: dict = dataclasses.field(default_factory=dict)  # key -> key already giving the same blob
+    anchors: list = dataclasses.field(default_factory=list)  # RPN anchor buffers, checked against the config
     ignored: dict = dataclasses.field(default_factory=dict)  # key -> why no variable takes it
     unknown: list = dataclasses.field(default_factory=list)  # keys with no Detectron counterpart
 
@@ -178,8 +181,6 @@ def _ignore_reason(key, namer):
     """Why a key that maps to no blob is expected in a checkpoint, or None for unknown keys."""
     if key.rsplit(".", 1)[-1] in _RUNNING and _norm_module(key) in namer.frozen:
         return "FrozenBatchNorm2d running statistics: folded into the affine scale and bias"
-    if _ANCHORS.match(key):
-        return "RPN anchor templates (buffer): tfdet generates Detectron's anchors from the config"
     return None
 
 
@@ -194,6 +195,9 @@ def detectron_blob_names(keys) -> BlobNames:
     namer = _Namer(keys)
     names = BlobNames()
     for key in keys:
+        if _ANCHORS.match(key):
+            names.anchors.append(key)
+            continue
         blob = namer(key)
         if blob is None:
             reason = _ignore_reason(key, namer)
