@@ -25,8 +25,15 @@ ZOO = REPO_ROOT.parent / "shared" / "detectron" / "configs" / "12_2017_baselines
 # The tiny config without keypoints, GroupNorm (AffineChannel and plain convs instead) and with 1x1 RoIAlign
 # grids: a graph a third the size, traced faster.
 SMALL = ("MODEL.KEYPOINTS_ON", "False", *ONE_SAMPLE_ROI_ALIGN, *AFFINE_BODY)
-MAP = "{res5: /CPU:1, mask_head: CPU:1}"
-MAPPED_PARTS = {"res5", "mask_head"}
+# The child's models (tracing and first running a step costs in proportion to its ops): a Faster R-CNN for the
+# single-device steps and the inference model (a RoI head mapped: RoIAlign and its custom gradient cross
+# devices), an RPN-only model for the mirrored step (half the Faster R-CNN's ops; any mapped part shows the
+# replicas' shift).
+FASTER_RCNN = (*SMALL, "MODEL.MASK_ON", "False")
+RPN_ONLY = (*FASTER_RCNN, "MODEL.RPN_ONLY", "True", "MODEL.FASTER_RCNN", "False")
+MAP = "{res5: /CPU:1, box_head: CPU:1}"
+MAPPED_PARTS = {"res5", "box_head"}
+MIRRORED_MAP = "{rpn: /CPU:1}"
 # Ops of a mapped layer that stay with the variables (the replica's device), by design.
 VARIABLE_OPS = {"ReadVariableOp", "Placeholder"}
 # One device vs two devices on the same batch: the same ops, gradient sums in another order.
@@ -94,7 +101,7 @@ def test_device_map_is_a_mapping_valued_config_key(tmp_path):
     path.write_text("TFDET:\n  DEVICE_MAP:\n    res5: /GPU:1\n    mask_head: /GPU:1\n")
     cfg = load_config(path)
     assert cfg.TFDET.DEVICE_MAP == {"res5": "/GPU:1", "mask_head": "/GPU:1"}
-    assert load_config(None, ["TFDET.DEVICE_MAP", MAP]).TFDET.DEVICE_MAP == {"res5": "/CPU:1", "mask_head": "CPU:1"}
+    assert load_config(None, ["TFDET.DEVICE_MAP", MAP]).TFDET.DEVICE_MAP == {"res5": "/CPU:1", "box_head": "CPU:1"}
     dumped = tmp_path / "dumped.yaml"
     dumped.write_text(cfg.dump())
     assert load_config(dumped) == cfg and load_config().TFDET.DEVICE_MAP == {}
@@ -118,21 +125,22 @@ def _weights(model):
 
 
 def child_main(data_dir, out_dir):
-    """One training step without and with MAP on /CPU:0 (+ the traced step), the inference model with and
-    without MAP, and a mirrored step over /CPU:0 and /CPU:2 with mask_head on /CPU:1 (+ its trace)."""
+    """One Faster R-CNN training step without and with MAP on /CPU:0 (the mapped one traced first: the step
+    runs that graph), the inference model with MAP, and a mirrored RPN-only step over /CPU:0 and /CPU:2 with
+    MIRRORED_MAP (+ its trace)."""
     import tensorflow as tf
 
     from tfdet.engine.op_devices import replicated_batch, trace_training_step
     from tfdet.engine.strategy import make_logical_cpus
     from tfdet.engine.trainer import Trainer
+    from tfdet.graph_options import cpu_graph_options
 
     make_logical_cpus(4)
     out_dir = pathlib.Path(out_dir)
-    cfg = tiny_cfg(*SMALL)
-    batch = first_batch(cfg, shapes_roidb(data_dir, min_objects=2, generate=False))
+    batch = first_batch(tiny_cfg(*FASTER_RCNN), shapes_roidb(data_dir, min_objects=2, generate=False))
     report = {}
     for name, device_map in (("plain", "{}"), ("mapped", MAP)):
-        trainer = Trainer(tiny_cfg(*SMALL, "TFDET.DEVICE_MAP", device_map), out_dir / name, progress=False)
+        trainer = Trainer(tiny_cfg(*FASTER_RCNN, "TFDET.DEVICE_MAP", device_map), out_dir / name, progress=False)
         initial = _weights(trainer.model)
         if name == "mapped":
             report["training"] = _placements(trace_training_step(trainer, batch), trainer.model)
@@ -140,15 +148,15 @@ def child_main(data_dir, out_dir):
         np.savez(out_dir / f"{name}.npz", **{f"initial/{k}": v for k, v in initial.items()},
                  **{f"updated/{k}": v for k, v in _weights(trainer.model).items()})
 
-    model = build_model(tiny_cfg(*SMALL, "TFDET.DEVICE_MAP", MAP))
+    model = build_model(tiny_cfg(*FASTER_RCNN, "TFDET.DEVICE_MAP", MAP))
     images = {"images": batch["images"], "image_info": batch["image_info"]}
     function = tf.function(model)
     report["inference"] = _placements(function.get_concrete_function(images).graph, model)
-    report["num_detections"] = function(images)["num_detections"].numpy().tolist()
+    with cpu_graph_options():  # as the Predictor runs it
+        report["num_detections"] = function(images)["num_detections"].numpy().tolist()
 
     strategy = tf.distribute.MirroredStrategy(["/CPU:0", "/CPU:2"])
-    mirrored_cfg = tiny_cfg(*SMALL, "TFDET.DEVICE_MAP", "{mask_head: /CPU:1}", "NUM_GPUS", "2",
-                            "TRAIN.IMS_PER_BATCH", "1")
+    mirrored_cfg = tiny_cfg(*RPN_ONLY, "TFDET.DEVICE_MAP", MIRRORED_MAP, "NUM_GPUS", "2", "TRAIN.IMS_PER_BATCH", "1")
     trainer = Trainer(mirrored_cfg, out_dir / "mirrored", strategy=strategy, progress=False)
     one_image = {k: v[:1] for k, v in batch.items()}
     report["mirrored"] = _placements(trace_training_step(trainer, one_image), trainer.model)
@@ -213,10 +221,10 @@ def test_mirrored_replicas_shift_the_mapped_part_by_their_device_offset(child_re
     _, report = child_results
     devices = {}
     for device, _, part, op_type, name in report["mirrored"]:
-        if part == "mask_head" and op_type not in VARIABLE_OPS:
+        if part == "rpn" and op_type not in VARIABLE_OPS:
             devices.setdefault(name.startswith("replica_1/"), set()).add(device)
     assert devices == {False: {"/CPU:1"}, True: {"/CPU:3"}}
     replica_devices = {p[0] for p in report["mirrored"]
-                       if p[2] in {"res2", "fpn", "box_head"} and p[3] not in VARIABLE_OPS}
+                       if p[2] in {"res2", "res5", "fpn"} and p[3] not in VARIABLE_OPS}
     assert replica_devices == {"/CPU:0", "/CPU:2"}
     assert all(np.isfinite(list(report["losses_mirrored"].values())))
