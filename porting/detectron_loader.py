@@ -20,6 +20,7 @@ from porting.config_checks import check_saved_cfg, conflict_error
 from porting.embedded_cfg import bbox_reg_weights_from_cfg
 from porting.pickle_reader import read_weight_file
 from tfdet.modeling.detectron_names import model_blobs
+from tfdet.modeling.domain_adaptation import is_domain_classifier_blob
 
 _ZERO_CONV_BIAS = re.compile(r"^(conv1|res\d+_\d+_branch(1|2a|2b|2c))_b$")
 
@@ -34,7 +35,15 @@ def ignore_reason(name):
         return "ImageNet classifier"
     if _ZERO_CONV_BIAS.match(name):
         return "zero conv bias added by Caffe2's converter (Detectron's convs before a norm have none)"
+    if is_domain_classifier_blob(name):
+        return "DA domain classifier (training only: detections do not depend on it)"
     return None
+
+
+def _extra_reason(name):
+    """Why a non-array value of the file (`WeightFile.extras`) is left aside: a blob no variable could take
+    from it would be reported missing."""
+    return ignore_reason(name) or "not a numeric array (training metadata; no variable can hold it)"
 
 
 @dataclasses.dataclass
@@ -179,7 +188,7 @@ def port_weight_file(model, cfg, weight_file, path, allow_missing=False, progres
     """`load_detectron_weights` for the file at `path` already read (`porting.read_weight_file`)."""
     report = PortReport(path=str(path))
     assignments = match_blobs(model, weight_file.blobs, report, cfg.MRCNN.ROI_MASK_HEAD, progress)
-    report.ignored += [(name, "not an array (training metadata)") for name in sorted(weight_file.extras)]
+    report.ignored += [(name, _extra_reason(name)) for name in sorted(weight_file.extras)]
     saved_cfg = None if weight_file.cfg_text is None else weight_file.cfg()
     if saved_cfg is not None:
         checked, conflicts = check_saved_cfg(saved_cfg, cfg)

@@ -102,7 +102,8 @@ def benchmark_blobs(state, path="<state dict>"):
     """(Detectron blobs of a maskrcnn-benchmark state dict, BlobNames): frozen BN folded, shared keys checked.
 
     Raises ValueError when two keys that give the same Detectron blob hold different values
-    (a C4 mask head with its own res5, which tfdet's Detectron-style C4 mask head cannot hold).
+    (a C4 mask head with its own res5, which tfdet's Detectron-style C4 mask head cannot hold), and
+    when a FrozenBatchNorm2d module lacks a parameter (its statistics could not be folded).
     """
     names = detectron_blob_names(state)
     blobs = {}
@@ -110,9 +111,11 @@ def benchmark_blobs(state, path="<state dict>"):
         value = state[key]
         blobs[blob] = value.astype(np.float32) if value.dtype.kind == "f" else value
     for affine, module in names.frozen_bn.items():
-        params = [state.get(f"{module}.{p}") for p in ("weight", "bias", "running_mean", "running_var")]
+        parts = ("weight", "bias", "running_mean", "running_var")
+        params = [state.get(f"{module}.{p}") for p in parts]
         if any(p is None for p in params):
-            continue  # incomplete module: its blobs stay as they are and the port reports them
+            absent = ", ".join(f"{module}.{part}" for part, p in zip(parts, params) if p is None)
+            raise ValueError(f"{path}: FrozenBatchNorm2d {module} lacks {absent}: its statistics cannot be folded")
         if len({p.shape for p in params}) != 1:
             raise WeightFileError(f"{path}: FrozenBatchNorm2d {module} has parameters of different shapes")
         blobs[f"{affine}_s"], blobs[f"{affine}_b"] = fold_frozen_batch_norm(*params)

@@ -62,6 +62,7 @@ _MASK_FCN = re.compile(
 )
 _XCONV = re.compile(r"^roi_heads\.box\.feature_extractor\.xconvs\.(?P<m>\d+)\.(?P<param>weight|bias)$")
 _ANCHORS = re.compile(r"^rpn\.anchor_generator\.cell_anchors\.\d+$")
+_DA_HEADS = "da_heads."  # the DA fork's image- and instance-level domain classifiers
 
 
 @dataclasses.dataclass
@@ -181,6 +182,8 @@ def _ignore_reason(key, namer):
     """Why a key that maps to no blob is expected in a checkpoint, or None for unknown keys."""
     if key.rsplit(".", 1)[-1] in _RUNNING and _norm_module(key) in namer.frozen:
         return "FrozenBatchNorm2d running statistics: folded into the affine scale and bias"
+    if key.startswith(_DA_HEADS):
+        return "DA fork's domain classifier (its outputs feed only the DA losses: detections do not depend on it)"
     return None
 
 

@@ -19,7 +19,8 @@ from porting.__main__ import main as porting_main
 from porting.config_checks import ANCHORS_EQUAL, check_cell_anchors, check_saved_cfg
 from porting.detectron_loader import load_detectron_weights
 from porting.embedded_cfg import parse_embedded_cfg
-from porting.maskrcnn_benchmark_loader import load_maskrcnn_benchmark_weights
+from porting.maskrcnn_benchmark_loader import benchmark_blobs, load_maskrcnn_benchmark_weights
+from porting.maskrcnn_benchmark_names import detectron_blob_names
 from test_maskrcnn_benchmark_port import benchmark_state, random_blobs, torch_writer
 from tfdet.config import load_config
 from tfdet.layers import placeholder_initialization
@@ -193,6 +194,24 @@ def test_cli_refuses_other_anchors_with_one_line_and_writes_nothing(small_anchor
     # The config with the sizes the model was trained with ports it.
     assert porting_main([*argv, "FPN.RPN_ANCHOR_START_SIZE", "16"]) == 0
     assert "5 x equal to the config's anchors" in capsys.readouterr().out and (out / "model.weights.h5").is_file()
+
+
+# --------------------------------------------------------------------------- other maskrcnn-benchmark fields
+
+
+def test_frozen_batch_norm_without_its_statistics_is_refused():
+    """A running_var without its running_mean cannot be folded: the scale would be loaded unfolded."""
+    state = {"backbone.body.stem.conv1.weight": np.ones((64, 3, 7, 7), np.float32)}
+    for part, value in (("weight", 2.0), ("bias", 0.5), ("running_var", 4.0)):
+        state[f"backbone.body.stem.bn1.{part}"] = np.full(64, value, np.float32)
+    with pytest.raises(ValueError, match=r"FrozenBatchNorm2d backbone\.body\.stem\.bn1 lacks backbone\.body\.stem\.bn1\.running_mean"):
+        benchmark_blobs(state, "m.pth")
+
+
+def test_domain_classifiers_of_the_da_fork_are_ignored_with_their_reason():
+    names = detectron_blob_names(["da_heads.imghead.conv1_da.weight", "da_heads.inshead.fc3_da.bias", "rpn.head.conv.weight"])
+    assert set(names.ignored) == {"da_heads.imghead.conv1_da.weight", "da_heads.inshead.fc3_da.bias"}
+    assert all("DA losses" in reason for reason in names.ignored.values()) and names.unknown == []
 
 
 # --------------------------------------------------------------------------- the cfg saved in Detectron files
