@@ -1,6 +1,7 @@
 """python -m tfdet.train end to end on the tiny config (checkpoints, metrics.json, final weights, evaluation),
 and a run killed with SIGKILL after a checkpoint that resumes to exactly the state of an uninterrupted run."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -14,25 +15,41 @@ import numpy as np
 import tensorflow as tf
 from training_fixtures import ONE_SAMPLE_ROI_ALIGN, TINY_CONFIG, tiny_cfg
 
+from tfdet.data import shapes
 from tfdet.engine.lr_schedule import lr_at_iter
 from tfdet.train import main
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-# 6 iterations: warm-up over the first 2, an LR step (and momentum correction) at 4, checkpoints at 2, 4, 6.
-# Faster R-CNN only, with one RoIAlign sample per bin, to keep the three processes of this test short.
+# 4 iterations: warm-up over the first 2, checkpoints at 2 and 4, an LR step (and momentum correction) at 3,
+# after a resume from the checkpoint at 2. Faster R-CNN only, with one RoIAlign sample per bin, to keep the
+# three processes of this test short.
 OVERRIDES = [
-    "SOLVER.MAX_ITER", "6", "TRAIN.SNAPSHOT_ITERS", "2", "SOLVER.WARM_UP_ITERS", "2", "SOLVER.STEPS", "[0, 4]",
+    "SOLVER.MAX_ITER", "4", "TRAIN.SNAPSHOT_ITERS", "2", "SOLVER.WARM_UP_ITERS", "2", "SOLVER.STEPS", "[0, 3]",
     "MODEL.MASK_ON", "False", "MODEL.KEYPOINTS_ON", "False", *ONE_SAMPLE_ROI_ALIGN,
 ]
-# Deterministic kernels: a resumed run repeats the uninterrupted one bit for bit.
-ENV = dict(os.environ, TF_DETERMINISTIC_OPS="1", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(REPO_ROOT))
+# The shapes splits of the config's TRAIN.DATASETS and TEST.DATASETS, cut down (from 512 and 64 images): the
+# final evaluation predicts 4 images, one by one.
+SMALL_SPLITS = {"shapes_train": 16, "shapes_val": 4}
 
 
-def start_training(output_dir, *flags):
+def small_data_root(root, monkeypatch):
+    """`root` as a data root ($TFDET_DATA_DIR) holding the SMALL_SPLITS shapes splits, generated here."""
+    for name, count in SMALL_SPLITS.items():
+        with monkeypatch.context() as patch:
+            patch.setitem(shapes.SPLITS, name, dataclasses.replace(shapes.SPLITS[name], num_images=count))
+            shapes.ensure_split(name, root / "shapes")
+    return root
+
+
+def start_training(output_dir, data_root, *flags):
+    """`python -m tfdet.train` of the tiny config with OVERRIDES into `output_dir`, deterministic kernels (a
+    resumed run repeats the uninterrupted one bit for bit), datasets from `data_root`; its log beside it."""
+    env = dict(os.environ, TF_DETERMINISTIC_OPS="1", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(REPO_ROOT),
+               TFDET_DATA_DIR=str(data_root))
     log = open(output_dir.with_suffix(".log"), "w")
     command = [sys.executable, "-m", "tfdet.train", "--cfg", str(TINY_CONFIG), *flags, "OUTPUT_DIR", str(output_dir),
                *OVERRIDES]
-    return subprocess.Popen(command, cwd=REPO_ROOT, env=ENV, stdout=log, stderr=subprocess.STDOUT)
+    return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def finish(process, output_dir, timeout=300):
@@ -64,10 +81,11 @@ def metrics_records(output_dir):
     return [json.loads(line) for line in (output_dir / "metrics.json").read_text().splitlines()]
 
 
-def test_train_end_to_end_and_resume_after_sigkill(tmp_path):
+def test_train_end_to_end_and_resume_after_sigkill(tmp_path, monkeypatch):
     full_dir, killed_dir = tmp_path / "full", tmp_path / "killed"
-    full = start_training(full_dir)
-    killed = start_training(killed_dir, "--skip-test")
+    data_root = small_data_root(tmp_path / "data", monkeypatch)
+    full = start_training(full_dir, data_root)
+    killed = start_training(killed_dir, data_root, "--skip-test")
     deadline = time.monotonic() + 300
     while not checkpoint_written(killed_dir) and killed.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -75,18 +93,18 @@ def test_train_end_to_end_and_resume_after_sigkill(tmp_path):
     killed.wait()
     assert killed.returncode == -signal.SIGKILL, killed_dir.with_suffix(".log").read_text()[-4000:]
     assert not (killed_dir / "model_final.weights.h5").exists()
-    resumed_log = finish(start_training(killed_dir, "--skip-test"), killed_dir)
+    resumed_log = finish(start_training(killed_dir, data_root, "--skip-test"), killed_dir)
     full_log = finish(full, full_dir)
 
     # The uninterrupted run: checkpoints, json_stats, final weights with their config, evaluation.
-    for name in ("model_iter-2.index", "model_iter-4.index", "model_iter-6.index", "model_final.weights.h5",
+    for name in ("model_iter-2.index", "model_iter-4.index", "model_final.weights.h5",
                  "config.yaml", "results_shapes_val.json", "metrics_shapes_val.json"):
         assert (full_dir / name).is_file(), name
     assert any((full_dir / "tensorboard").iterdir())
     cfg = tiny_cfg(*OVERRIDES)
     records = metrics_records(full_dir)
-    assert [r["iter"] for r in records] == [0, 5]
-    assert [r["lr"] for r in records] == [float(lr_at_iter(cfg, 0)), float(lr_at_iter(cfg, 5))]
+    assert [r["iter"] for r in records] == [0, 3]
+    assert [r["lr"] for r in records] == [float(lr_at_iter(cfg, 0)), float(lr_at_iter(cfg, 3))]
     assert {"loss", "loss_rpn_cls", "loss_rpn_bbox", "loss_cls", "loss_bbox", "accuracy_cls", "time", "eta"} <= set(
         records[0])
     assert full_log.count("json_stats: ") == 2
@@ -94,10 +112,10 @@ def test_train_end_to_end_and_resume_after_sigkill(tmp_path):
 
     # The killed run resumed from its newest checkpoint and reached the same iteration, LR, momentum and weights.
     assert "Resumed from" in resumed_log, resumed_log[-3000:]
-    assert metrics_records(killed_dir)[-1]["iter"] == 5
+    assert metrics_records(killed_dir)[-1]["iter"] == 3
     assert metrics_records(killed_dir)[-1]["lr"] == records[-1]["lr"]
-    full_state = checkpoint_values(full_dir / "model_iter-6")
-    resumed_state = checkpoint_values(killed_dir / "model_iter-6")
+    full_state = checkpoint_values(full_dir / "model_iter-4")
+    resumed_state = checkpoint_values(killed_dir / "model_iter-4")
     assert full_state.keys() == resumed_state.keys()
     assert any("momentum" in name for name in full_state) and any("iteration" in name for name in full_state)
     for name, value in full_state.items():
