@@ -25,13 +25,11 @@ def random_blobs(shapes, rng):
     """
     blobs = {}
     for name, shape in shapes.items():
-        if name.endswith("_w"):
-            std = 1.0 / np.sqrt(np.prod(shape[1:]))
-            blobs[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
-        elif name.endswith("_s"):
+        if name.endswith("_s"):
             blobs[name] = rng.uniform(0.8, 1.2, shape).astype(np.float32)
-        else:
-            blobs[name] = (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.1)).astype(np.float32)
+            continue
+        blobs[name] = rng.standard_normal(shape, dtype=np.float32)
+        blobs[name] *= np.float32(1.0 / np.sqrt(np.prod(shape[1:])) if name.endswith("_w") else 0.1)  # in place
     return blobs
 
 
@@ -74,10 +72,14 @@ def resnext_imagenet_junk():
 class Py2Writer:
     """Emits a protocol-2 opcode stream the way Python 2 + numpy 1.x (cPickle) writes Detectron
     files: ``str`` as SHORT_BINSTRING/BINSTRING (8-bit bytes), arrays via
-    ``numpy.core.multiarray._reconstruct`` with the raw data as a byte string."""
+    ``numpy.core.multiarray._reconstruct`` with the raw data as a byte string.
 
-    def __init__(self):
+    Opcodes collect in ``out``; with a binary `file`, `dump` streams into it and array data goes
+    there straight from the array's memory (zoo files reach 1 GB: no copies of it in between)."""
+
+    def __init__(self, file=None):
         self.out = bytearray(b"\x80\x02")
+        self.file = file
 
     def str_(self, b: bytes):
         if len(b) < 256:
@@ -85,6 +87,17 @@ class Py2Writer:
         else:
             self.out += b"T" + struct.pack("<i", len(b))
             self.out += b
+
+    def array_data(self, arr):
+        """An array's bytes (C order) as a byte string: no intermediate copy when writing to a file."""
+        data = memoryview(np.ascontiguousarray(arr)).cast("B")
+        self.out += (b"U" + bytes([len(data)])) if len(data) < 256 else (b"T" + struct.pack("<i", len(data)))
+        if self.file is None:
+            self.out += data
+        else:
+            self.file.write(self.out)
+            self.out.clear()
+            self.file.write(data)
 
     def int_(self, v):
         self.out += b"K" + bytes([v]) if 0 <= v < 256 else b"J" + struct.pack("<i", v)
@@ -134,7 +147,7 @@ class Py2Writer:
             self.out += b"t"
             self.dtype(v)
             self.out += b"\x89"
-            self.str_(np.ascontiguousarray(v).tobytes())
+            self.array_data(v)
             self.out += b"tb"
         elif isinstance(v, np.generic):
             self.glob("numpy.core.multiarray", "scalar")
@@ -149,12 +162,34 @@ class Py2Writer:
         self.out += b"."
         return bytes(self.out)
 
+    def dump(self, v):
+        """The pickle of `v` into the writer's file."""
+        self.value(v)
+        self.out += b"."
+        self.file.write(self.out)
+        self.out.clear()
+
+
+def write_py2_pickle(path, v):
+    """`path` holding `v` pickled as Python 2 did (Py2Writer), streamed to the file."""
+    with open(path, "wb") as f:
+        Py2Writer(f).dump(v)
+
+
+def _py2_trained_content(blobs, cfg_text):
+    """`{'blobs', 'cfg'}` of a trained file under Python 2: every key a byte string, the cfg too."""
+    return {b"blobs": {name.encode(): value for name, value in blobs.items()}, b"cfg": cfg_text.encode()}
+
 
 def py2_detectron_file(blobs, cfg_text):
     """A trained-model file as Detectron wrote it under Python 2: `{'blobs', 'cfg'}`, every key a
     byte string, the cfg a byte string too."""
-    content = {b"blobs": {name.encode(): value for name, value in blobs.items()}, b"cfg": cfg_text.encode()}
-    return Py2Writer().dumps(content)
+    return Py2Writer().dumps(_py2_trained_content(blobs, cfg_text))
+
+
+def write_py2_detectron_file(path, blobs, cfg_text):
+    """`path` holding `py2_detectron_file(blobs, cfg_text)`, streamed to the file."""
+    write_py2_pickle(path, _py2_trained_content(blobs, cfg_text))
 
 
 _ATTR_DICT = "!!python/object/new:detectron.utils.collections.AttrDict"

@@ -1,17 +1,28 @@
-"""Porting Detectron .pkl files into tfdet models: round trip, report, errors, CLI, Predictor."""
+"""Porting Detectron .pkl files into tfdet models: round trip, report, errors, CLI, Predictor.
+
+The files (Python 3 pickles at protocol 2, 180 MB) go to tmpfs when there is one; the trained file
+and the one missing `fc6_w` are written once for the module. The CLI's `main` runs in this process;
+test_porting_cli.py runs `python -m porting` itself in a fresh interpreter.
+"""
 
 import pickle
-import subprocess
-import sys
 import warnings
 
 import cv2
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT, shared_path
-from porting import load_detectron_weights
+from conftest import shared_path
+from porting import load_detectron_weights, read_weight_file
 from porting.__main__ import main as porting_main
+from porting_fixtures import (  # noqa: F401 (fixtures)
+    assert_same,
+    held,
+    module_scratch_path,
+    scratch_path,
+    snapshot,
+    unchanged,
+)
 from tfdet.config import load_config
 from tfdet.inference import Predictor
 from tfdet.layers import placeholder_initialization
@@ -40,9 +51,11 @@ def source(cfg):
     """A model with random weights and its Detectron-layout blobs, as a trained file holds them."""
     model = build_model(cfg)
     rng = np.random.default_rng(0)
+    values = {}
     for variable in model.weights:  # move every weight away from its initial value
-        variable.assign(variable.numpy() + rng.normal(0, 0.01, variable.shape).astype(np.float32))
-    blobs = {name: to_caffe2(variable.numpy()) for name, variable, to_caffe2, _ in model_blobs(model, cfg.MRCNN.ROI_MASK_HEAD)}
+        values[id(variable)] = variable.numpy() + np.float32(0.01) * rng.standard_normal(variable.shape, dtype=np.float32)
+        variable.assign(values[id(variable)])
+    blobs = {name: to_caffe2(values[id(variable)]) for name, variable, to_caffe2, _ in model_blobs(model, cfg.MRCNN.ROI_MASK_HEAD)}
     return model, blobs
 
 
@@ -55,8 +68,21 @@ def write_pkl(path, blobs, extra=None, weights_line="BBOX_REG_WEIGHTS: !!python/
     return path
 
 
+@pytest.fixture(scope="module")
+def trained_pkl(source, module_scratch_path):
+    """The source model's trained file, junk and an `lr` scalar included, written once for the module."""
+    return write_pkl(module_scratch_path / "model_final.pkl", source[1], {"lr": np.float32(0.02)})
+
+
+@pytest.fixture(scope="module")
+def pkl_without_fc6(source, module_scratch_path):
+    """The trained file without `fc6_w` (and without `lr`), written once for the module."""
+    return write_pkl(module_scratch_path / "no_fc6.pkl", {k: v for k, v in source[1].items() if k != "fc6_w"})
+
+
 def same_weights(a, b):
-    return all(np.array_equal(x.numpy(), y.numpy()) for x, y in zip(a.weights, b.weights))
+    """Whether two models hold the same values in the same variables (read without copies)."""
+    return len(a.weights) == len(b.weights) and all(np.array_equal(held(x), held(y)) for x, y in zip(a.weights, b.weights))
 
 
 def target_model(cfg):
@@ -65,11 +91,10 @@ def target_model(cfg):
         return build_model(cfg)
 
 
-def test_round_trip_loads_every_variable_and_reports_junk(cfg, source, tmp_path):
+def test_round_trip_loads_every_variable_and_reports_junk(cfg, source, trained_pkl):
     model, blobs = source
-    path = write_pkl(tmp_path / "model_final.pkl", blobs, {"lr": np.float32(0.02)})
     target = target_model(cfg)
-    report = load_detectron_weights(target, cfg, path)
+    report = load_detectron_weights(target, cfg, trained_pkl)
     assert report.ok and len(report.loaded) == len(blobs) and report.unused == []
     assert same_weights(model, target)
     ignored = dict(report.ignored)
@@ -77,27 +102,25 @@ def test_round_trip_loads_every_variable_and_reports_junk(cfg, source, tmp_path)
     assert "momentum" in ignored["fc6_w_momentum"] and "classifier" in ignored["fc1000_w"]
 
 
-def test_missing_blob_fails_and_changes_nothing(cfg, source, tmp_path):
-    _, blobs = source
-    partial = {k: v for k, v in blobs.items() if k != "fc6_w"}
-    target = build_model(cfg)
-    before = [v.numpy().copy() for v in target.weights]
+def test_missing_blob_fails_and_changes_nothing(cfg, pkl_without_fc6):
+    target = target_model(cfg)  # zero kernels: any value from the file would show
+    before = snapshot(target)
     with pytest.raises(ValueError, match=r"MISSING fc6_w: expected shape \(1024, 12544\)"):
-        load_detectron_weights(target, cfg, write_pkl(tmp_path / "m.pkl", partial))
-    assert all(np.array_equal(b, v.numpy()) for b, v in zip(before, target.weights))
+        load_detectron_weights(target, cfg, pkl_without_fc6)
+    assert unchanged(target, before)
 
 
-def test_shape_mismatch_names_blob_and_both_shapes(cfg, source, tmp_path):
+def test_shape_mismatch_names_blob_and_both_shapes(cfg, source, scratch_path):
     _, blobs = source
     wrong = dict(blobs, cls_score_w=np.zeros((81, 1024), np.float32))
     with pytest.raises(ValueError, match=r"SHAPE MISMATCH cls_score_w: model expects \(4, 1024\), file has \(81, 1024\)"):
-        load_detectron_weights(target_model(cfg), cfg, write_pkl(tmp_path / "m.pkl", wrong))
+        load_detectron_weights(target_model(cfg), cfg, write_pkl(scratch_path / "m.pkl", wrong))
 
 
-def test_imagenet_backbone_with_allow_missing(cfg, source, tmp_path):
+def test_imagenet_backbone_with_allow_missing(cfg, source, scratch_path):
     _, blobs = source
     backbone = {k: v for k, v in blobs.items() if k.startswith(("conv1", "res"))}
-    path = tmp_path / "R-50.pkl"
+    path = scratch_path / "R-50.pkl"
     path.write_bytes(pickle.dumps({**backbone, "fc1000_w": np.zeros((1000, 2048), np.float32)}, protocol=2))
     target = target_model(cfg)
     report = load_detectron_weights(target, cfg, path, allow_missing=True)
@@ -105,12 +128,12 @@ def test_imagenet_backbone_with_allow_missing(cfg, source, tmp_path):
     assert {name for name, _ in report.missing} >= {"fpn_inner_res5_2_sum_w", "fc6_w", "conv5_mask_w"}
     np.testing.assert_array_equal(target.get_layer("conv1").kernel.numpy(), blobs["conv1_w"].transpose(2, 3, 1, 0))
     with pytest.raises(ValueError, match="MISSING"):
-        load_detectron_weights(target_model(cfg), cfg, path)
+        load_detectron_weights(target, cfg, path)
 
 
-def test_file_without_bbox_reg_weights_uses_unit_weights(cfg, source, tmp_path):
+def test_file_without_bbox_reg_weights_uses_unit_weights(cfg, source, scratch_path):
     _, blobs = source
-    path = write_pkl(tmp_path / "old.pkl", blobs, weights_line="NUM_GPUS_UNUSED: 1")
+    path = write_pkl(scratch_path / "old.pkl", blobs, weights_line="NUM_GPUS_UNUSED: 1")
     target = target_model(cfg)
     with pytest.warns(UserWarning, match="BBOX_REG_WEIGHTS"):
         report = load_detectron_weights(target, cfg, path)
@@ -123,60 +146,52 @@ def test_file_without_bbox_reg_weights_uses_unit_weights(cfg, source, tmp_path):
 # test_savedmodel.py::test_serving_default_batch_matches_predictor[mask_rcnn] (exported from a .pkl), and
 # Predictor on a .pkl by test_infer.py::test_mask_rcnn_subprocess_with_detectron_command_line.
 @pytest.mark.slow
-def test_predictor_on_pkl_gives_the_source_models_detections(cfg, source, tmp_path):
-    model, blobs = source
-    path = write_pkl(tmp_path / "model_final.pkl", blobs)
+def test_predictor_on_pkl_gives_the_source_models_detections(cfg, source, trained_pkl, scratch_path):
+    model, _ = source
     image = cv2.imread(str(sorted(shared_path("data", "detectron_demo").glob("*.jpg"))[0]))
-    ported = Predictor(cfg, path).predict(image)
-    weights = tmp_path / "source.weights.h5"
+    ported = Predictor(cfg, trained_pkl).predict(image)
+    weights = scratch_path / "source.weights.h5"
     model.save_weights(weights)
     original = Predictor(cfg, weights).predict(image)
     for key in original:
         np.testing.assert_array_equal(ported[key], original[key])
 
 
-def test_cli_writes_weights_and_config(cfg, source, tmp_path, capsys):
-    _, blobs = source
-    path = write_pkl(tmp_path / "model_final.pkl", blobs)
-    out = tmp_path / "ported"
-    command = [sys.executable, "-m", "porting", "detectron", "--cfg", str(CONFIG), "--weights", str(path),
-               "--out", str(out), *SMALL]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT)
-    assert done.returncode == 0, done.stderr
-    assert "loaded 201 blobs" in done.stdout and "ignored" in done.stdout
+def test_cli_writes_weights_and_config(cfg, source, trained_pkl, pkl_without_fc6, scratch_path, capsys):
+    out = scratch_path / "ported"
+    # The `main` of `python -m porting detectron ...`, in this process: it returns the command's exit status.
+    command = ["detectron", "--cfg", str(CONFIG), "--weights", str(trained_pkl), "--out", str(out), *SMALL]
+    assert porting_main(command) == 0
+    printed = capsys.readouterr().out
+    assert "loaded 201 blobs" in printed and "ignored" in printed
     ported_cfg = load_config(out / "config.yaml")
     assert ported_cfg.MODEL.NUM_CLASSES == 4
     reloaded = target_model(ported_cfg)
     reloaded.load_weights(out / "model.weights.h5")
     assert same_weights(source[0], reloaded)
-    # The failures, through the same `main` in this process (`python -m porting` exits with its status).
-    broken = write_pkl(tmp_path / "broken.pkl", {k: v for k, v in blobs.items() if k != "conv5_mask_w"})
-    capsys.readouterr()
-    assert porting_main(command[3:7] + [str(broken)] + command[8:]) == 1
-    assert "MISSING conv5_mask_w" in capsys.readouterr().err
-    evil = tmp_path / "evil.pkl"
+    # The failures: a missing blob (status 1), a file that is not safe to read (status 2).
+    assert porting_main(command[:4] + [str(pkl_without_fc6)] + command[5:]) == 1
+    assert "MISSING fc6_w" in capsys.readouterr().err
+    evil = scratch_path / "evil.pkl"
     evil.write_bytes(b"\x80\x02cos\nsystem\nq\x00X\x05\x00\x00\x00touchq\x01\x85q\x02Rq\x03.")
-    assert porting_main(command[3:7] + [str(evil)] + command[8:]) == 2
+    assert porting_main(command[:4] + [str(evil)] + command[5:]) == 2
     assert "os.system" in capsys.readouterr().err
 
 
-def test_export_detectron_round_trip_with_numpy1_names(cfg, source, tmp_path):
+def test_export_detectron_round_trip_with_numpy1_names(cfg, source, scratch_path):
     model, blobs = source
-    weights = tmp_path / "source.weights.h5"
+    weights = scratch_path / "source.weights.h5"
     model.save_weights(weights)
-    out = tmp_path / "model_final.pkl"
-    command = [sys.executable, "-m", "porting", "export-detectron", "--cfg", str(CONFIG), "--weights", str(weights),
-               "--out", str(out), *SMALL]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT)
-    assert done.returncode == 0, done.stderr
+    out = scratch_path / "model_final.pkl"
+    command = ["export-detectron", "--cfg", str(CONFIG), "--weights", str(weights), "--out", str(out), *SMALL]
+    assert porting_main(command) == 0  # the `main` of `python -m porting export-detectron ...`
     raw = out.read_bytes()
     assert raw[:2] == b"\x80\x02" and b"numpy.core.multiarray" in raw and b"numpy._core" not in raw
-    from porting import read_weight_file
 
     exported = read_weight_file(out)
     assert set(exported.blobs) == set(blobs)
     for name, value in blobs.items():
-        np.testing.assert_array_equal(exported.blobs[name], value)
+        assert_same(exported.blobs[name], value, name)
     assert "NUM_CLASSES: 4" in exported.cfg_text
     # What Detectron's load_object does with it (plain pickle, latin1), here under numpy 2.
     with open(out, "rb") as f, warnings.catch_warnings():

@@ -1,4 +1,8 @@
-"""`python -m porting`: the model built from the file's own config, preserved blobs, progress, errors."""
+"""`python -m porting`: the model built from the file's own config, preserved blobs, progress, errors.
+
+One port runs `python -m porting` in a fresh interpreter, as a user does (its exit status, stdout and the
+progress bar on stderr); the other commands run its `main` in this process.
+"""
 
 import pickle
 import subprocess
@@ -9,11 +13,12 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT
+from porting import read_weight_file
 from porting.__main__ import main as porting_main
 from porting.file_config import FileConfigError, config_from_cfg_text
-from test_porting import CONFIG, SMALL, cfg, same_weights, source  # noqa: F401 (fixtures)
+from porting_fixtures import assert_same, scratch_path  # noqa: F401 (fixture)
+from test_porting import CONFIG, SMALL, cfg, same_weights, source, target_model  # noqa: F401 (fixtures)
 from tfdet.config import load_config
-from tfdet.modeling import build_model
 
 ATTR_DICT = "tag:yaml.org,2002:python/object/new:detectron.utils.collections.AttrDict"
 
@@ -84,30 +89,28 @@ def test_unusable_file_configs_ask_for_cfg(text, message):
         config_from_cfg_text(text, "m.pkl")
 
 
-def test_port_without_cfg_then_export_preserves_unused_blobs(cfg, source, tmp_path):
+def test_port_without_cfg_then_export_preserves_unused_blobs(cfg, source, scratch_path, capsys):
     model, blobs = source
-    path = write_trained_pkl(tmp_path / "model_final.pkl", blobs, detectron_cfg_text(cfg))
-    out = tmp_path / "ported"
+    path = write_trained_pkl(scratch_path / "model_final.pkl", blobs, detectron_cfg_text(cfg))
+    out = scratch_path / "ported"
     done = run_porting("detectron", "--weights", path, "--out", out)
     assert done.returncode == 0, done.stderr
     assert "config saved in" in done.stdout and "preserved 3 unused blobs" in done.stdout
     assert "porting: 100%" in done.stderr  # the progress bar
     ported_cfg = load_config(out / "config.yaml")
     assert ported_cfg.MODEL.NUM_CLASSES == 4 and ported_cfg.TEST.SCALE == cfg.TEST.SCALE
-    reloaded = build_model(ported_cfg)
+    reloaded = target_model(ported_cfg)  # zero kernels: every value must come from the file
     reloaded.load_weights(out / "model.weights.h5")
     assert same_weights(model, reloaded)
 
-    exported = tmp_path / "model_final_again.pkl"
-    done = run_porting("export-detectron", "--weights", out / "model.weights.h5", "--out", exported)
-    assert done.returncode == 0, done.stderr
-    from porting import read_weight_file
-
+    exported = scratch_path / "model_final_again.pkl"
+    assert porting_main(["export-detectron", "--weights", str(out / "model.weights.h5"), "--out", str(exported)]) == 0
+    assert "(3 preserved)" in capsys.readouterr().out
     saved = read_weight_file(exported).blobs
     assert set(saved) == set(blobs) | {"conv1_b", "fc1000_w", "fc1000_b"}  # momentum is not preserved
     np.testing.assert_array_equal(saved["fc1000_b"], np.arange(10, dtype=np.float32))
     for name, value in blobs.items():
-        np.testing.assert_array_equal(saved[name], value)
+        assert_same(saved[name], value, name)
 
 
 def test_imagenet_file_without_cfg_is_refused_with_a_hint(tmp_path, capsys):

@@ -9,7 +9,9 @@ exports (`model_to_blobs`; for one model the file `python -m porting export-dete
 must be the file's arrays. Files carry the junk real files carry (momentum, zero conv biases,
 ImageNet classifiers, `lr`, `weight_order`) and are Python-2-style pickles like the zoo's:
 trained files `{'blobs', 'cfg'}` with the Python-tagged YAML cfg, ImageNet files flat dicts.
-The X-101-64x4d model is the full Faster R-CNN (100 M parameters); each model is built once.
+The X-101-64x4d model is the full Faster R-CNN (100 M parameters); each model is built (without
+random draws: every value checked is drawn here), and its trained file drawn and written (on tmpfs
+when there is one), once.
 """
 
 import dataclasses
@@ -22,19 +24,22 @@ import pytest
 from conftest import shared_path
 from detectron_fixtures import (
     RES5_DIM,
-    Py2Writer,
     detectron_cfg_yaml,
     momentum_junk,
     msra_imagenet_junk,
     py2_detectron_file,
     random_blobs,
     resnext_imagenet_junk,
+    write_py2_detectron_file,
+    write_py2_pickle,
 )
 from porting import load_detectron_weights, parse_embedded_cfg, read_weight_file
 from porting.__main__ import main as porting_main
 from porting.detectron_writer import model_to_blobs
+from porting_fixtures import assert_same, held, module_scratch_path, scratch_path  # noqa: F401 (fixtures)
 from test_backbones import expected_fpn_blobs, expected_resnet_blobs
 from tfdet.config import load_config
+from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
 
 FPN_DIM = 256
@@ -214,15 +219,22 @@ def weighted_layers(model):
     return layers
 
 
-def assert_variables_hold(model, blobs, every_variable=True):
-    """Each blob sits in its Keras variable in Keras layout; with `every_variable`, nothing else is left."""
+def blob_variables(model, blobs):
+    """{blob: the Keras variable holding it}, by `keras_location`; fails on a blob without a layer."""
     layers = weighted_layers(model)
-    filled = set()
-    for blob, value in blobs.items():
+    variables = {}
+    for blob in blobs:
         layer, variable_name = keras_location(blob)
         assert layer in layers, f"{blob}: no Keras layer {layer!r}"
-        variable = layers[layer][variable_name]
-        np.testing.assert_array_equal(variable.numpy(), keras_layout(blob, value), err_msg=blob)
+        variables[blob] = layers[layer][variable_name]
+    return variables
+
+
+def assert_variables_hold(model, blobs, every_variable=True):
+    """Each blob sits in its Keras variable in Keras layout; with `every_variable`, nothing else is left."""
+    filled = set()
+    for blob, variable in blob_variables(model, blobs).items():
+        assert_same(held(variable), keras_layout(blob, blobs[blob]), blob)
         filled.add(id(variable))
     if every_variable:
         left = [v.path for v in model.weights if id(v) not in filled]
@@ -288,7 +300,7 @@ def embedded_cfg(cfg):
 def write_trained_file(path, case, cfg, blobs):
     """model_final.pkl as Detectron (Python 2) saved it: parameters, momentum, preserved ImageNet junk, cfg."""
     junk = {**momentum_junk(blobs), **imagenet_junk(case)}
-    path.write_bytes(py2_detectron_file({**blobs, **junk}, detectron_cfg_yaml(embedded_cfg(cfg))))
+    write_py2_detectron_file(path, {**blobs, **junk}, detectron_cfg_yaml(embedded_cfg(cfg)))
     return junk
 
 
@@ -298,18 +310,30 @@ def zoo_config(case):
 
 @pytest.fixture(scope="module", params=list(ZOO))
 def zoo(request):
-    """(case, cfg, model) of one zoo model, built once for the module from Detectron's own YAML."""
+    """(case, cfg, model) of one zoo model, built once for the module from Detectron's own YAML (zero
+    kernels: the tests assign every value they check)."""
     case = ZOO[request.param]
     cfg = zoo_config(case)
-    return case, cfg, build_model(cfg)
+    with placeholder_initialization():
+        return case, cfg, build_model(cfg)
 
 
-def test_trained_file_ports_into_detectron_layout_and_exports_identical_arrays(zoo, rng, tmp_path):
-    case, cfg, model = zoo
+@pytest.fixture(scope="module")
+def trained(zoo, module_scratch_path):
+    """(blob shapes, random blobs, junk blobs, path) of the zoo model's trained file, drawn and written
+    once for the module; the file is removed with the model's other fixtures."""
+    case, cfg, _ = zoo
     shapes = zoo_blob_shapes(case.arch)
-    blobs = random_blobs(shapes, rng)
-    path = tmp_path / "model_final.pkl"
+    blobs = random_blobs(shapes, np.random.default_rng(0))
+    path = module_scratch_path / f"{case.config.replace('/', '_')}.model_final.pkl"
     junk = write_trained_file(path, case, cfg, blobs)
+    yield shapes, blobs, junk, path
+    path.unlink()
+
+
+def test_trained_file_ports_into_detectron_layout_and_exports_identical_arrays(zoo, trained):
+    case, cfg, model = zoo
+    shapes, blobs, junk, path = trained
 
     report = load_detectron_weights(model, cfg, path)
     assert report.ok, report.format()
@@ -320,28 +344,39 @@ def test_trained_file_ports_into_detectron_layout_and_exports_identical_arrays(z
     exported = model_to_blobs(model, cfg.MRCNN.ROI_MASK_HEAD)  # the writer's blobs (file: CLI test below)
     assert set(exported) == set(shapes)
     for name, value in blobs.items():
-        np.testing.assert_array_equal(exported[name], value, err_msg=name)
+        assert_same(exported[name], value, name)
     # Every junk blob is ignored on purpose (reference §3.4 rule 1 names lr and weight_order too).
     assert {name for name, _ in report.ignored} == set(junk) and report.unused == [], report.format()
 
 
+def distinct_values(shape, index):
+    """float32 `index`, `index` + 1, ... in `shape`: no two elements of an array equal, and no two arrays
+    of different `index` (a move, transpose or swap of them shows); exact below 2**24 elements."""
+    return np.arange(index, index + int(np.prod(shape)), dtype=np.float32).reshape(shape)
+
+
 @pytest.mark.parametrize("zoo", ["keypoint_R-50-FPN", "faster_X-101-64x4d-FPN", "mask_R-50-FPN_gn"], indirect=True)
-def test_imagenet_file_loads_body_and_reports_missing_heads(zoo, rng, tmp_path):
+def test_imagenet_file_loads_body_and_reports_missing_heads(zoo, trained, scratch_path):
     case, cfg, model = zoo
-    body = random_blobs(body_blob_shapes(case.arch), rng)
+    shapes, blobs, _, _ = trained
+    # The trained file's body values negated: the model holds the trained file when the test above ran
+    # first, and the body check below must fail unless this file's body is loaded.
+    body = {name: -blobs[name] for name in body_blob_shapes(case.arch)}
     junk = imagenet_junk(case)
-    path = tmp_path / case.imagenet
-    path.write_bytes(Py2Writer().dumps({name.encode(): value for name, value in {**body, **junk}.items()}))
-    before = [variable.numpy() for variable in model.weights]
+    path = scratch_path / case.imagenet
+    write_py2_pickle(path, {name.encode(): value for name, value in {**body, **junk}.items()})
+    body_variables = {id(variable) for variable in blob_variables(model, body).values()}
+    heads = [variable for variable in model.weights if id(variable) not in body_variables]
+    heads = [(variable, distinct_values(variable.shape, index)) for index, variable in enumerate(heads)]
+    for variable, value in heads:  # values of their own, as after a random initialisation
+        variable.assign(value)
 
     report = load_detectron_weights(model, cfg, path, allow_missing=True)
-    shapes = zoo_blob_shapes(case.arch)
     assert sorted(name for name, _, _ in report.loaded) == sorted(body)
     assert dict(report.missing) == {name: shape for name, shape in shapes.items() if name not in body}
-    filled = assert_variables_hold(model, body, every_variable=False)
-    for variable, value in zip(model.weights, before):
-        if id(variable) not in filled:  # heads keep what they had
-            np.testing.assert_array_equal(variable.numpy(), value, err_msg=variable.path)
+    assert_variables_hold(model, body, every_variable=False)
+    for variable, value in heads:  # heads keep what they had
+        assert_same(held(variable), value, variable.path)
     assert {name for name, _ in report.ignored} == set(junk) and report.unused == [], report.format()
 
 
@@ -362,24 +397,21 @@ def test_python2_file_needs_latin1_and_carries_python_tagged_cfg(rng):
 
 
 @pytest.mark.parametrize("zoo", ["mask_R-50-C4"], indirect=True)  # the smallest zoo file; res5 shared by ']_'
-def test_export_detectron_cli_writes_back_the_ported_file_blobs(zoo, rng, tmp_path):
+def test_export_detectron_cli_writes_back_the_ported_file_blobs(zoo, trained, scratch_path):
     case, cfg, model = zoo
-    shapes = zoo_blob_shapes(case.arch)
-    blobs = random_blobs(shapes, rng)
-    source = tmp_path / "model_final.pkl"
-    junk = write_trained_file(source, case, cfg, blobs)
+    shapes, blobs, junk, source = trained
     load_detectron_weights(model, cfg, source)
-    weights = tmp_path / "ported.weights.h5"
+    weights = scratch_path / "ported.weights.h5"
     model.save_weights(weights)
 
-    exported = tmp_path / "exported.pkl"
+    exported = scratch_path / "exported.pkl"
     config = shared_path("detectron", "configs", *case.config.split("/"))
-    # `python -m porting export-detectron`'s main, in this process (test_porting.py and test_porting_cli.py
-    # run the command in a fresh interpreter).
+    # `python -m porting export-detectron`'s main, in this process (test_porting_cli.py runs `python -m
+    # porting` in a fresh interpreter).
     export = ["export-detectron", "--cfg", str(config), "--weights", str(weights), "--out", str(exported)]
     assert porting_main(export) == 0
     back = read_weight_file(exported)
     assert set(shapes) <= set(back.blobs) and set(back.blobs) - set(shapes) <= set(junk)  # junk may be preserved
     for name, value in blobs.items():
-        np.testing.assert_array_equal(back.blobs[name], value, err_msg=name)
+        assert_same(back.blobs[name], value, name)
     assert parse_embedded_cfg(back.cfg_text)["MODEL"]["NUM_CLASSES"] == 81
