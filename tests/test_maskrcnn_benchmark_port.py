@@ -97,15 +97,25 @@ def module_key(name, c4):
     raise AssertionError(f"no maskrcnn-benchmark module for {name}")
 
 
+def config_anchors(c4=False):
+    """The cell_anchors buffers maskrcnn-benchmark saves for the Detectron baselines' RPN (sizes 32-512, aspect
+    ratios 0.5, 1, 2): one per FPN level P2-P6, or C4's one; from test_porting_fields' replica of its
+    generate_anchors (imported here, late: that module imports this one)."""
+    from test_porting_fields import c4_anchor_state, fpn_anchor_state
+
+    return c4_anchor_state() if c4 else fpn_anchor_state()
+
+
 def benchmark_state(blobs, c4=False):
-    """A maskrcnn-benchmark state dict holding `blobs`: FrozenBatchNorm2d buffers (mean 0, var 1), anchors."""
+    """A maskrcnn-benchmark state dict holding `blobs`: FrozenBatchNorm2d buffers (mean 0, var 1), the
+    baselines' RPN anchors."""
     renamed = c2_renamed(list(blobs))
     state = {module_key(renamed[b], c4): v for b, v in blobs.items() if b not in FIXED_UPSAMPLING}
     for key in [k for k in state if re.search(r"(bn\d|downsample\.1)\.weight$", k)]:
         module = key[: -len(".weight")]
         state[f"{module}.running_mean"] = np.zeros_like(state[key])
         state[f"{module}.running_var"] = np.ones_like(state[key])
-    state["rpn.anchor_generator.cell_anchors.0"] = np.zeros((3, 4), np.float32)
+    state.update(config_anchors(c4))
     return state
 
 
@@ -197,7 +207,8 @@ def test_names_of_a_real_maskrcnn_benchmark_state_dict():
         "bbox_pred_b": "roi_heads.box.predictor.bbox_pred.bias",
     }
     assert names.blobs == expected
-    assert set(names.ignored) == {k for k in state if k.endswith(("running_mean", "running_var"))} | {"rpn.anchor_generator.cell_anchors.0"}
+    assert set(names.ignored) == {k for k in state if k.endswith(("running_mean", "running_var"))}
+    assert names.anchors == ["rpn.anchor_generator.cell_anchors.0"]  # checked against the config by the loader
     assert names.unknown == [] and names.shared == {}
     assert "torch" not in sys.modules
 
@@ -290,7 +301,8 @@ def test_mask_rcnn_fpn_checkpoint_ports_every_variable(fpn, tmp_path):
     assert report.unused == ["roi_heads.maskiou.maskiou_fc1.weight"] and "maskiou_fc1" in report.format()
     assert report.iteration == 1234 and "iteration 1234" in report.format()
     ignored = dict(report.ignored)
-    assert {"optimizer", "scheduler", "iteration", "rpn.anchor_generator.cell_anchors.0", "backbone.body.stem.bn1.running_var"} <= set(ignored)
+    assert {"optimizer", "scheduler", "iteration", "backbone.body.stem.bn1.running_var"} <= set(ignored)
+    assert sorted(dict(report.checked)) == sorted(config_anchors()) and not report.conflicts  # `module.` stripped
     assert sum("running statistics" in reason for reason in ignored.values()) == 2 * 53
     assert report.bbox_reg_weights == tuple(cfg.MODEL.BBOX_REG_WEIGHTS)
     assert_model_holds(target, cfg.MRCNN.ROI_MASK_HEAD, blobs, close=("res_conv1_bn_s", "res_conv1_bn_b"))
