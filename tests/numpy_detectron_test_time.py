@@ -167,7 +167,8 @@ def combine_masks(masks_ts, heuristic):
     def logit(y):
         return -1.0 * np.log((1.0 - y) / np.maximum(y, 1e-20))
 
-    return 1.0 / (1.0 + np.exp(-np.mean([logit(y) for y in masks_ts], axis=0)))
+    with np.errstate(divide="ignore", over="ignore"):  # Detectron's own log(0) at probability 1
+        return 1.0 / (1.0 + np.exp(-np.mean([logit(y) for y in masks_ts], axis=0)))
 
 
 def combine_heatmaps(results, boxes, cfg):

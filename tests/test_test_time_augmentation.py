@@ -4,18 +4,17 @@ R-CNN (17 COCO keypoints, so that heatmap flips use Detectron's COCO flip map). 
 oracle: the reference gets its raw outputs (rois, cls_prob, bbox_pred; the heads' outputs for given
 boxes) and does every transform, inversion, decoding, combination and the NMS itself.
 
-Two configs run end to end: the transforms of TEST.*_AUG (flip, two scales with flips — the larger
-capped by MAX_SIZE — and an aspect ratio with its flip), NMS and linear soft-NMS with IoU-weighted box
-voting, SOFT_AVG / LOGIT_AVG masks, HM_AVG with SCALE_SIZE_DEP / HM_MAX heatmaps. SOFT_MAX (the third
-mask heuristic) is checked on the combination itself; gaussian soft-NMS and the other voting methods
-in tests/test_soft_nms_and_voting.py.
+End to end: the transforms of TEST.*_AUG (flip, two scales with flips — the larger capped by MAX_SIZE —
+and an aspect ratio with its flip), linear soft-NMS with IoU-weighted box voting, SOFT_AVG masks, HM_AVG
+heatmaps with SCALE_SIZE_DEP; under -m slow also NMS, LOGIT_AVG and HM_MAX, and the zoo's X-152 TEST section
+on an R-50-FPN Detectron file. Every mask and heatmap heuristic is also checked on the combination itself;
+gaussian soft-NMS and the other voting methods in tests/test_soft_nms_and_voting.py.
 """
 
 import cv2
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import numpy_detectron_test_time as det
 from conftest import shared_path
@@ -24,11 +23,12 @@ from training_fixtures import tiny_cfg
 from tfdet.config import ConfigError, load_config
 from tfdet.inference import Predictor
 from tfdet.modeling import build_model
-from tfdet.test_time_augmentation import combine_masks
+from tfdet.test_time_augmentation import Transform, combine_heatmaps, combine_masks
 
 TRANSFORMS = ("H_FLIP", "True", "SCALES", "(96, 160)", "SCALE_H_FLIP", "True", "MAX_SIZE", "200",
               "ASPECT_RATIOS", "(0.75,)", "ASPECT_RATIO_H_FLIP", "True")  # fmt: skip
-MODEL = ("KRCNN.NUM_KEYPOINTS", "17", "TEST.SCORE_THRESH", "0.2", "TEST.DETECTIONS_PER_IM", "20")
+MODEL = ("KRCNN.NUM_KEYPOINTS", "17", "TEST.SCORE_THRESH", "0.2", "TEST.DETECTIONS_PER_IM", "20",
+         "TEST.RPN_PRE_NMS_TOP_N", "300", "TEST.RPN_POST_NMS_TOP_N", "100")  # fmt: skip
 CONFIGS = {
     "soft_linear_iou_avg_vote": ("TEST.SOFT_NMS.ENABLED", "True", "TEST.BBOX_VOTE.ENABLED", "True",
                                  "TEST.BBOX_VOTE.SCORING_METHOD", "IOU_AVG", "TEST.MASK_AUG.HEUR", "SOFT_AVG",
@@ -50,20 +50,18 @@ def demo_image():
 
 
 def oracle(predictor):
-    """The network of the Predictor's test-time models as Detectron's workspace exposes it."""
-    models = predictor._augmentation.models
-    rois, num_rois, cls_prob, bbox_pred, _ = models.all_layers.get_layer("class_boxes").input
-    raw = tf.function(keras.Model(models.box_model.input, [rois, num_rois, cls_prob, bbox_pred]),
-                      reduce_retracing=True, autograph=False)  # fmt: skip
-    heads = tf.function(models.heads_model, reduce_retracing=True, autograph=False)
+    """The network of the Predictor's test-time models as Detectron's workspace exposes it: the raw box head
+    inputs and outputs, and the heads' outputs for given boxes (the Predictor's own traced functions)."""
+    augmentation = predictor._augmentation
 
     def boxes_net(blob, im_info):
-        rois, num, cls_prob, bbox_pred = (np.asarray(t) for t in raw({"images": blob, "image_info": im_info}))
-        count = int(num[0])
-        return rois[0, :count], cls_prob[:count], bbox_pred[:count]
+        outputs = augmentation._boxes({"images": blob, "image_info": im_info})
+        count = int(outputs["num_rois"][0])
+        return (outputs["rois"].numpy()[0, :count], outputs["cls_prob"].numpy()[:count],
+                outputs["bbox_pred"].numpy()[:count])  # fmt: skip
 
     def heads_net(blob, im_info, boxes, classes):
-        outputs = heads({
+        outputs = augmentation._heads({
             "images": blob, "image_info": im_info, "detection_boxes": boxes[None].astype(np.float32),
             "detection_classes": classes[None], "num_detections": np.array([len(boxes)], np.int32),
         })  # fmt: skip
@@ -72,7 +70,11 @@ def oracle(predictor):
     return det.Network(boxes_net, heads_net, predictor.cfg.FPN.COARSEST_STRIDE)
 
 
-@pytest.fixture(scope="module", params=sorted(CONFIGS))
+# The second config repeats the whole pipeline with the other heuristics: -m slow (its heuristics are also
+# checked on the combinations themselves below).
+@pytest.fixture(scope="module", params=[
+    "soft_linear_iou_avg_vote", pytest.param("nms_logit_avg_hm_max", marks=pytest.mark.slow),
+])  # fmt: skip
 def compared(request):
     keras.utils.set_random_seed(0)
     predictor = Predictor(tta_cfg(*CONFIGS[request.param]))
@@ -123,6 +125,20 @@ def test_mask_heuristics_combine_as_detectron(rng, heuristic):
     masks[0, 0, 0, :3] = [0.0, 1.0, 1e-30]  # logit's clamps
     got = combine_masks(list(masks), heuristic)
     np.testing.assert_allclose(got, det.combine_masks(list(masks), heuristic), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("heuristic, size_dependent", [("HM_AVG", False), ("HM_MAX", False), ("HM_AVG", True),
+                                                      ("HM_MAX", True)])  # fmt: skip
+def test_heatmap_heuristics_combine_as_detectron(rng, heuristic, size_dependent):
+    cfg = tiny_cfg("TEST.KPS_AUG.HEUR", heuristic, "TEST.KPS_AUG.SCALE_SIZE_DEP", str(size_dependent),
+                   "TEST.KPS_AUG.AREA_TH", "900")  # fmt: skip
+    tags = [(False, False), (True, False), (False, True), (True, False)]  # identity, downscaled, upscaled, ...
+    heatmaps = rng.normal(0, 2, (len(tags), 3, 8, 8, 5)).astype(np.float32)
+    boxes = np.array([[0, 0, 9, 9], [0, 0, 29, 29], [5, 5, 40, 60]], np.float32)  # areas 100, 900, 2232
+    transforms = [Transform(128, 128, downscale=down, upscale=up) for down, up in tags]
+    got = combine_heatmaps(list(heatmaps), transforms, boxes, cfg)
+    want = det.combine_heatmaps([(h, down, up) for h, (down, up) in zip(heatmaps, tags)], boxes, cfg)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
 def test_keypoint_flips_need_coco_keypoints():

@@ -140,8 +140,9 @@ def combine_masks(masks, heuristic):
     if heuristic == "SOFT_MAX":
         return np.amax(masks, axis=0)
     if heuristic == "LOGIT_AVG":
-        logits = -1.0 * np.log((1.0 - masks) / np.maximum(masks, 1e-20))
-        return 1.0 / (1.0 + np.exp(-np.mean(logits, axis=0)))
+        with np.errstate(divide="ignore", over="ignore"):  # a probability of exactly 1 has logit inf, as in Detectron
+            logits = -1.0 * np.log((1.0 - masks) / np.maximum(masks, 1e-20))
+            return 1.0 / (1.0 + np.exp(-np.mean(logits, axis=0)))
     raise ConfigError(f"TEST.MASK_AUG.HEUR {heuristic!r} is not one of {', '.join(MASK_HEURISTICS)}")
 
 

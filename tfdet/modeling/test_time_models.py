@@ -2,7 +2,8 @@
 core/test.py: im_detect_bbox before NMS, then im_detect_mask / im_detect_keypoints on given boxes).
 
 `box_model`: images, image_info -> every proposal's class `scores` (B, N, C) and class `boxes`
-(B, N, K, 4) in original pixels, clipped, before any NMS, and `num_rois` (B,) real proposals. `heads_model`: images, image_info and
+(B, N, K, 4) in original pixels, clipped, before any NMS, and `num_rois` (B,) real proposals; also the
+raw box head inputs and outputs Detectron fetches (`rois` (B, N, 4) input pixels, `cls_prob`, `bbox_pred`). `heads_model`: images, image_info and
 given detections (`detection_boxes` (B, D, 4) original pixels, `detection_classes` (B, D),
 `num_detections` (B,)) ->
 `mask_probs` (B, D, M, M) of each box's class and raw `keypoint_heatmaps` (B, D, S, S, K). Both are
@@ -39,9 +40,11 @@ def build_test_time_models(cfg):
             class_agnostic=cfg.MODEL.CLS_AGNOSTIC_BBOX_REG,
             name="class_boxes",
         )([proposals, num_proposals, box_outputs.cls_prob, box_outputs.bbox_pred, inputs["image_info"]])
-        box_model = keras.Model(
-            inputs, {"scores": scores, "boxes": boxes, "num_rois": num_proposals}, name="test_time_boxes"
-        )
+        box_outputs = {
+            "scores": scores, "boxes": boxes, "num_rois": num_proposals,
+            "rois": proposals, "cls_prob": box_outputs.cls_prob, "bbox_pred": box_outputs.bbox_pred,
+        }  # fmt: skip
+        box_model = keras.Model(inputs, box_outputs, name="test_time_boxes")
         detections = {
             "detection_boxes": keras.Input((None, 4), name="detection_boxes"),
             "detection_classes": keras.Input((None,), dtype="int32", name="detection_classes"),
@@ -52,8 +55,6 @@ def build_test_time_models(cfg):
             detections["num_detections"], inputs["image_info"], heatmaps=True,
         )  # fmt: skip
         heads_model = keras.Model({**inputs, **detections}, head_outputs, name="test_time_heads") if head_outputs else None
-        all_layers = keras.Model(
-            {**inputs, **detections}, {"scores": scores, "boxes": boxes, **head_outputs}, name="generalized_rcnn"
-        )
+        all_layers = keras.Model({**inputs, **detections}, {**box_outputs, **head_outputs}, name="generalized_rcnn")
     apply_device_map(cfg, keep_float32(cfg, all_layers))
     return TestTimeModels(box_model, heads_model, all_layers)
