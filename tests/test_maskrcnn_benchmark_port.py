@@ -6,6 +6,8 @@ Detectron blobs of a tfdet model (random values) go through the renaming of
 its module tree (``backbone.body``, ``backbone.fpn``, ``rpn.head``, ``roi_heads.*``); the file is
 written in torch's zip / legacy format by ``tests/fixtures/torch_writer.py`` (checked against real
 torch.save files in test_pth_reader.py). Porting it back must give every variable its value.
+Checkpoints go to tmpfs when there is one; the CLI's `main` runs in this process (test_porting_cli.py
+runs `python -m porting` in a fresh interpreter).
 """
 
 import importlib.util
@@ -20,6 +22,7 @@ from porting.maskrcnn_benchmark_loader import benchmark_blobs, load_maskrcnn_ben
 from porting.maskrcnn_benchmark_names import detectron_blob_names
 from porting.__main__ import main as porting_main
 from porting.pth_reader import read_pth
+from porting_fixtures import assert_same, held, scratch_path, snapshot, unchanged  # noqa: F401 (fixture)
 from tfdet.config import load_config
 from tfdet.layers import placeholder_initialization
 from tfdet.layers.bilinear_upsample import bilinear_kernel
@@ -130,8 +133,8 @@ def random_blobs(model, mask_head):
     rng = np.random.default_rng(0)
     blobs = {}
     for name, variable, to_caffe2, _ in model_blobs(model, mask_head):
-        current = to_caffe2(variable.numpy())
-        blobs[name] = current if name in FIXED_UPSAMPLING else rng.standard_normal(current.shape, dtype=np.float32)
+        current = to_caffe2(held(variable))
+        blobs[name] = np.array(current) if name in FIXED_UPSAMPLING else rng.standard_normal(current.shape, dtype=np.float32)
     return blobs
 
 
@@ -139,9 +142,9 @@ def assert_model_holds(model, mask_head, blobs, close=()):
     """Every variable of `model` is its blob (bit-equal; blobs named in `close` to float32 rounding)."""
     for name, variable, to_caffe2, _ in model_blobs(model, mask_head):
         if name in close:
-            np.testing.assert_allclose(to_caffe2(variable.numpy()), blobs[name], rtol=2e-6, atol=1e-6, err_msg=name)
+            np.testing.assert_allclose(to_caffe2(held(variable)), blobs[name], rtol=2e-6, atol=1e-6, err_msg=name)
         else:
-            np.testing.assert_array_equal(to_caffe2(variable.numpy()), blobs[name], err_msg=name)
+            assert_same(to_caffe2(held(variable)), blobs[name], name)
 
 
 def built(*config, overrides=()):
@@ -158,10 +161,6 @@ def fpn():
 @pytest.fixture(scope="module")
 def keypoint():
     return built(*BASELINES, "e2e_keypoint_rcnn_R-50-FPN_1x.yaml")
-
-
-def values(model):
-    return [v.numpy().copy() for v in model.weights]
 
 
 # --------------------------------------------------------------------------- names
@@ -278,7 +277,7 @@ def test_gn_model_names_come_back():
 # --------------------------------------------------------------------------- end to end
 
 
-def test_mask_rcnn_fpn_checkpoint_ports_every_variable(fpn, tmp_path):
+def test_mask_rcnn_fpn_checkpoint_ports_every_variable(fpn, scratch_path):
     cfg, target, blobs = fpn
     state = benchmark_state(blobs)
     # One frozen BN with real statistics: weight/bias chosen so that folding gives the blobs.
@@ -295,8 +294,8 @@ def test_mask_rcnn_fpn_checkpoint_ports_every_variable(fpn, tmp_path):
         "scheduler": {"milestones": [60000, 80000], "last_epoch": 1234},
         "iteration": np.int64(1234),
     }
-    torch_writer.write_zip(tmp_path / "model_final.pth", checkpoint)
-    report = load_maskrcnn_benchmark_weights(target, cfg, tmp_path / "model_final.pth")
+    torch_writer.write_zip(scratch_path / "model_final.pth", checkpoint)
+    report = load_maskrcnn_benchmark_weights(target, cfg, scratch_path / "model_final.pth")
     assert report.ok and len(report.loaded) == len(blobs) == 201
     assert report.unused == ["roi_heads.maskiou.maskiou_fc1.weight"] and "maskiou_fc1" in report.format()
     assert report.iteration == 1234 and "iteration 1234" in report.format()
@@ -308,31 +307,31 @@ def test_mask_rcnn_fpn_checkpoint_ports_every_variable(fpn, tmp_path):
     assert_model_holds(target, cfg.MRCNN.ROI_MASK_HEAD, blobs, close=("res_conv1_bn_s", "res_conv1_bn_b"))
 
 
-def test_missing_or_mismatched_weights_fail_and_change_nothing(fpn, tmp_path):
+def test_missing_or_mismatched_weights_fail_and_change_nothing(fpn, scratch_path):
     cfg, target, blobs = fpn
-    before = values(target)
+    before = snapshot(target)
     state = benchmark_state(blobs)
     del state["roi_heads.box.feature_extractor.fc6.weight"]
-    torch_writer.write_zip(tmp_path / "missing.pth", {"model": state})
+    torch_writer.write_zip(scratch_path / "missing.pth", {"model": state})
     with pytest.raises(ValueError, match=r"MISSING fc6_w: expected shape \(1024, 12544\)"):
-        load_maskrcnn_benchmark_weights(target, cfg, tmp_path / "missing.pth")
+        load_maskrcnn_benchmark_weights(target, cfg, scratch_path / "missing.pth")
     # The torch-saved fixture holds a small slice of a model: every shape differs.
     with pytest.raises(ValueError, match=r"SHAPE MISMATCH conv1_w: model expects \(64, 3, 7, 7\), file has \(8, 3, 7, 7\)"):
         load_maskrcnn_benchmark_weights(target, cfg, FIXTURES / "checkpoint_zip.pth")
-    assert all(np.array_equal(a, b) for a, b in zip(before, values(target)))
+    assert unchanged(target, before)
     fc6 = target.get_layer("fc6").kernel.numpy()
-    report = load_maskrcnn_benchmark_weights(target, cfg, tmp_path / "missing.pth", allow_missing=True)
+    report = load_maskrcnn_benchmark_weights(target, cfg, scratch_path / "missing.pth", allow_missing=True)
     assert report.missing == [("fc6_w", (1024, 12544))] and np.array_equal(target.get_layer("fc6").kernel.numpy(), fc6)
 
 
-def test_c4_mask_rcnn_with_shared_res5_in_legacy_format(tmp_path):
+def test_c4_mask_rcnn_with_shared_res5_in_legacy_format(scratch_path):
     cfg, target, blobs = built(*BASELINES, "e2e_mask_rcnn_R-50-C4_1x.yaml", overrides=SMALL)
     state = benchmark_state(blobs, c4=True)
     head = "roi_heads.box.feature_extractor.head."
     for key in [k for k in state if k.startswith(head)]:  # SHARE_BOX_FEATURE_EXTRACTOR: the mask head holds it too
         state[key.replace("roi_heads.box.", "roi_heads.mask.")] = state[key]
-    torch_writer.write_legacy(tmp_path / "c4.pth", {"model": state, "iteration": 90000})
-    report = load_maskrcnn_benchmark_weights(target, cfg, tmp_path / "c4.pth")
+    torch_writer.write_legacy(scratch_path / "c4.pth", {"model": state, "iteration": 90000})
+    report = load_maskrcnn_benchmark_weights(target, cfg, scratch_path / "c4.pth")
     assert report.ok and len(report.loaded) == len(blobs) == 173 and report.unused == []
     assert {"conv_rpn_w", "rpn_cls_logits_w", "res5_2_branch2c_w"} <= {name for name, _, _ in report.loaded}
     shared = {name for name, reason in report.ignored if "shared by two heads" in reason}
@@ -340,20 +339,20 @@ def test_c4_mask_rcnn_with_shared_res5_in_legacy_format(tmp_path):
     assert shared == copies and len(copies) == 30
     assert_model_holds(target, cfg.MRCNN.ROI_MASK_HEAD, blobs)
     own_res5 = dict(state, **{"roi_heads.mask.feature_extractor.head.layer4.0.conv1.weight": np.zeros((512, 1024, 1, 1), np.float32)})
-    torch_writer.write_legacy(tmp_path / "own.pth", {"model": own_res5})
-    before = values(target)
+    torch_writer.write_legacy(scratch_path / "own.pth", {"model": own_res5})
+    before = snapshot(target)
     with pytest.raises(ValueError, match="SHARE_BOX_FEATURE_EXTRACTOR"):
-        load_maskrcnn_benchmark_weights(target, cfg, tmp_path / "own.pth")
-    assert all(np.array_equal(a, b) for a, b in zip(before, values(target)))
+        load_maskrcnn_benchmark_weights(target, cfg, scratch_path / "own.pth")
+    assert unchanged(target, before)
 
 
-def test_keypoint_rcnn_gets_detectrons_fixed_upsampling(keypoint, tmp_path):
+def test_keypoint_rcnn_gets_detectrons_fixed_upsampling(keypoint, scratch_path):
     cfg, target, blobs = keypoint
     state = benchmark_state(blobs)
     assert not any("kps_score." in k for k in state)  # maskrcnn-benchmark's predictor has no such weights
-    torch_writer.write_zip(tmp_path / "kp.pth", state)
+    torch_writer.write_zip(scratch_path / "kp.pth", state)
     target.get_layer("kps_score").kernel.assign(np.zeros(target.get_layer("kps_score").kernel.shape, np.float32))
-    report = load_maskrcnn_benchmark_weights(target, cfg, tmp_path / "kp.pth")
+    report = load_maskrcnn_benchmark_weights(target, cfg, scratch_path / "kp.pth")
     assert report.ok and len(report.loaded) == len(blobs) == 209
     assert [blob for blob, _ in report.filled] == ["kps_score_b", "kps_score_w"]
     assert_model_holds(target, cfg.MRCNN.ROI_MASK_HEAD, blobs)
@@ -374,24 +373,22 @@ def test_fixed_upsampling_matches_maskrcnn_benchmarks_interpolate_inside_the_hea
     assert not np.allclose(upsampled[0], reference[0])  # the border: zero padding vs edge clamping
 
 
-def test_cli_ports_a_pth_and_reports_its_iteration(fpn, tmp_path, capsys):
-    import subprocess
-
+def test_cli_ports_a_pth_and_reports_its_iteration(fpn, scratch_path, capsys):
     cfg, _, blobs = fpn
-    torch_writer.write_zip(tmp_path / "model_final.pth", {"model": benchmark_state(blobs), "iteration": np.int64(90000)})
-    command = [sys.executable, "-m", "porting", "maskrcnn-benchmark", "--cfg", str(shared_path(*BASELINES, "e2e_mask_rcnn_R-50-FPN_1x.yaml")),
-               "--weights", str(tmp_path / "model_final.pth"), "--out", str(tmp_path / "out"), *SMALL]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT)
-    assert done.returncode == 0, done.stderr
-    assert "iteration 90000" in done.stdout and "loaded 201 blobs" in done.stdout
+    torch_writer.write_zip(scratch_path / "model_final.pth", {"model": benchmark_state(blobs), "iteration": np.int64(90000)})
+    # The `main` of `python -m porting maskrcnn-benchmark ...`, in this process: it returns the exit status.
+    command = ["maskrcnn-benchmark", "--cfg", str(shared_path(*BASELINES, "e2e_mask_rcnn_R-50-FPN_1x.yaml")),
+               "--weights", str(scratch_path / "model_final.pth"), "--out", str(scratch_path / "out"), *SMALL]  # fmt: skip
+    assert porting_main(command) == 0
+    printed = capsys.readouterr().out
+    assert "iteration 90000" in printed and "loaded 201 blobs" in printed
     with placeholder_initialization():  # every weight comes from the file
-        reloaded = build_model(load_config(tmp_path / "out" / "config.yaml"))
-    reloaded.load_weights(tmp_path / "out" / "model.weights.h5")
+        reloaded = build_model(load_config(scratch_path / "out" / "config.yaml"))
+    reloaded.load_weights(scratch_path / "out" / "model.weights.h5")
     assert_model_holds(reloaded, cfg.MRCNN.ROI_MASK_HEAD, blobs)
-    # An unreadable file, through the same `main` in this process (`python -m porting` exits with its
-    # status; an exception would fail this test instead of printing a traceback).
-    (tmp_path / "broken.pth").write_bytes(b"PK\x03\x04 not really a zip")
-    capsys.readouterr()
-    assert porting_main(command[3:7] + [str(tmp_path / "broken.pth")] + command[8:]) == 2
+    # An unreadable file: status 2 and a one-line error (an exception would fail this test instead of
+    # printing a traceback).
+    (scratch_path / "broken.pth").write_bytes(b"PK\x03\x04 not really a zip")
+    assert porting_main(command[:4] + [str(scratch_path / "broken.pth")] + command[5:]) == 2
     err = capsys.readouterr().err
     assert "broken.pth" in err and "Traceback" not in err
