@@ -1,13 +1,14 @@
 """Helpers of the porting tests, whose weight files reach 1 GB and whose checks cover ~10^8 values.
 
-`scratch_path` / `module_scratch_path` are folders on tmpfs when the machine has one (a weight file
-written and read back there costs no disk I/O), else under pytest's temporary directory; both are
-removed after use. `held` reads a Keras variable without copying it and `assert_same` is
-`np.testing.assert_array_equal` with a one-pass fast path for the (usual) equal case.
+`scratch_path` / `module_scratch_path` are folders on tmpfs when the machine has one with room to
+spare (a weight file written and read back there costs no disk I/O), else under pytest's temporary
+directory; both are removed after use. `held` reads a Keras variable without copying it and
+`assert_same` is `np.testing.assert_array_equal` with a one-pass fast path for the (usual) equal case.
 """
 
 import os
 import pathlib
+import re
 import shutil
 import tempfile
 
@@ -15,11 +16,14 @@ import numpy as np
 import pytest
 
 TMPFS = pathlib.Path("/dev/shm")
+TMPFS_ROOM = 4 * 2**30  # a zoo module holds up to ~1.2 GB of files there; two test processes run at once
 
 
 def _new_scratch_folder(tmp_path_factory, name):
-    """A new empty folder: on tmpfs when writable, else a pytest temporary one."""
-    if TMPFS.is_dir() and os.access(TMPFS, os.W_OK):
+    """A new empty folder: on tmpfs when it is writable and has room (its files live in memory), else a
+    pytest temporary one."""
+    name = re.sub(r"[^\w-]", "_", name)[:40]
+    if TMPFS.is_dir() and os.access(TMPFS, os.W_OK) and shutil.disk_usage(TMPFS).free > TMPFS_ROOM:
         return pathlib.Path(tempfile.mkdtemp(prefix=f"tfdet-{name}-", dir=TMPFS))
     return tmp_path_factory.mktemp(name)
 
@@ -27,7 +31,7 @@ def _new_scratch_folder(tmp_path_factory, name):
 @pytest.fixture
 def scratch_path(request, tmp_path_factory):
     """A test's folder for large files (tmpfs when there is one), removed after the test."""
-    path = _new_scratch_folder(tmp_path_factory, request.node.name[:40].replace("/", "_"))
+    path = _new_scratch_folder(tmp_path_factory, request.node.name)
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

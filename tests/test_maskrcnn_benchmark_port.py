@@ -134,7 +134,8 @@ def random_blobs(model, mask_head):
     blobs = {}
     for name, variable, to_caffe2, _ in model_blobs(model, mask_head):
         current = to_caffe2(held(variable))
-        blobs[name] = np.array(current) if name in FIXED_UPSAMPLING else rng.standard_normal(current.shape, dtype=np.float32)
+        fixed = name in FIXED_UPSAMPLING
+        blobs[name] = np.array(current) if fixed else rng.standard_normal(current.shape, dtype=np.float32)
     return blobs
 
 

@@ -53,10 +53,11 @@ def source(cfg):
     rng = np.random.default_rng(0)
     values = {}
     for variable in model.weights:  # move every weight away from its initial value
-        values[id(variable)] = variable.numpy() + np.float32(0.01) * rng.standard_normal(variable.shape, dtype=np.float32)
+        noise = np.float32(0.01) * rng.standard_normal(variable.shape, dtype=np.float32)
+        values[id(variable)] = variable.numpy() + noise
         variable.assign(values[id(variable)])
-    blobs = {name: to_caffe2(values[id(variable)]) for name, variable, to_caffe2, _ in model_blobs(model, cfg.MRCNN.ROI_MASK_HEAD)}
-    return model, blobs
+    entries = model_blobs(model, cfg.MRCNN.ROI_MASK_HEAD)
+    return model, {name: to_caffe2(values[id(variable)]) for name, variable, to_caffe2, _ in entries}
 
 
 def write_pkl(path, blobs, extra=None, weights_line="BBOX_REG_WEIGHTS: !!python/tuple [10.0, 10.0, 5.0, 5.0]"):
@@ -82,7 +83,8 @@ def pkl_without_fc6(source, module_scratch_path):
 
 def same_weights(a, b):
     """Whether two models hold the same values in the same variables (read without copies)."""
-    return len(a.weights) == len(b.weights) and all(np.array_equal(held(x), held(y)) for x, y in zip(a.weights, b.weights))
+    pairs = zip(a.weights, b.weights)
+    return len(a.weights) == len(b.weights) and all(np.array_equal(held(x), held(y)) for x, y in pairs)
 
 
 def target_model(cfg):
