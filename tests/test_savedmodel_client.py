@@ -2,7 +2,8 @@
 through local REST and gRPC servers that serve the exported SavedModel (`tf.saved_model.load`) as
 TF Serving's APIs specify. The model is the tiny shapes model trained briefly
 (`savedmodel_fixtures.TinyTraining`, shared with test_savedmodel.py within a session), exported
-with `--mask-format roi`, so the client pastes the masks; results must equal the Predictor's."""
+from the trainer's .weights.h5 (test_savedmodel.py exports it from a Detectron .pkl) with
+`--mask-format roi`, so the client pastes the masks; results must equal the Predictor's."""
 
 import base64
 import json
@@ -30,6 +31,7 @@ from savedmodel.client import (
 from savedmodel.export import main as export_main
 from savedmodel.outputs import detections_per_image
 from savedmodel_fixtures import TINY_TEST, TinyTraining, assert_same_detections, shapes_val_images
+from tfdet.graph_options import cpu_graph_options
 from tfdet.inference import Predictor
 
 MODEL_NAME = "shapes_tiny"
@@ -65,6 +67,14 @@ def model(tmp_path_factory):
     return Predictor(training.test_config(), weights), tf.saved_model.load(str(out))
 
 
+def run_signature(signature, **inputs):
+    """A loaded signature's outputs, run as the Predictor runs (without Grappler on CPUs, which
+    saves ~2 s of its first call): these local servers stand in for TF Serving, whose graph
+    optimisation test_savedmodel.py covers."""
+    with cpu_graph_options():
+        return signature(**inputs)
+
+
 class _RestHandler(BaseHTTPRequestHandler):
     """TF Serving's REST predict API (row format) on the loaded model's signatures."""
 
@@ -79,7 +89,7 @@ class _RestHandler(BaseHTTPRequestHandler):
         (name,) = signature.structured_input_signature[1]
         values = [base64.b64decode(item["b64"]) if isinstance(item, dict) else item for item in body["instances"]]
         try:
-            outputs = {k: v.numpy() for k, v in signature(**{name: tf.constant(values)}).items()}
+            outputs = {k: v.numpy() for k, v in run_signature(signature, **{name: tf.constant(values)}).items()}
         except tf.errors.InvalidArgumentError as error:
             return self._answer(400, {"error": error.message})
         rows = [{k: v[i].tolist() for k, v in outputs.items()} for i in range(len(values))]
@@ -120,7 +130,7 @@ def grpc_target(model):
             signature = model[1].signatures[request.model_spec.signature_name or "serving_default"]
             inputs = {name: tf.make_ndarray(proto) for name, proto in request.inputs.items()}
             try:
-                outputs = signature(**{k: tf.constant(v) for k, v in inputs.items()})
+                outputs = run_signature(signature, **{k: tf.constant(v) for k, v in inputs.items()})
             except tf.errors.InvalidArgumentError as error:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, error.message)
             response = predict_pb2.PredictResponse()
@@ -240,7 +250,7 @@ def test_grpc_round_trip_equals_rest(rest_url, grpc_target, photos):
 
 def test_grpc_outputs_keep_dtypes(model, photos):
     predict_pb2 = pytest.importorskip(f"{SERVING_API}.predict_pb2", reason=NEEDS_SERVING_API)
-    outputs = model[1].signatures["serving_default"](image_bytes=tf.constant(photos[:1]))
+    outputs = run_signature(model[1].signatures["serving_default"], image_bytes=tf.constant(photos[:1]))
     response = predict_pb2.PredictResponse()
     for name, value in outputs.items():
         response.outputs[name].CopyFrom(tf.make_tensor_proto(value.numpy()))
