@@ -108,3 +108,19 @@ def test_bad_images_are_refused_clearly(predictor):
         predictor.predict(np.zeros((5, 5, 4), np.uint8))
     with pytest.raises(ValueError, match="H x W x 3"):
         predictor.predict(np.zeros((0, 5, 3), np.uint8))
+
+
+@pytest.mark.parametrize("name", ["e2e_keypoint_rcnn_R-50-FPN_1x.yaml", "e2e_mask_rcnn_R-50-C4_1x.yaml"])
+def test_no_detection_gives_empty_results(name):
+    """Heads that change width (Keypoint R-CNN's 512-channel convs, C4's res5) on zero RoIs: TF 2.21's oneDNN
+    Conv2D returns the input's channel count on an empty batch, so the heads always see at least one RoI."""
+    overrides = ["TEST.SCALE", "64", "TEST.MAX_SIZE", "96", "TEST.SCORE_THRESH", "1.0", *ONE_SAMPLE_ROI_ALIGN]
+    with pytest.warns() if "keypoint" in name else _no_warning():
+        cfg = load_config(shared_path("detectron", "configs", "12_2017_baselines", name), overrides)
+    image = np.full((60, 80, 3), 110, np.uint8)
+    result = Predictor(cfg).predict(image)
+    assert result["boxes"].shape == (0, 4) and result["scores"].shape == (0,)
+    if cfg.MODEL.KEYPOINTS_ON:
+        assert result["keypoints"].shape == (0, 17, 3) and result["keypoint_probs"].shape == (0, 17)
+    else:
+        assert result["masks"].shape == (0, 60, 80)

@@ -145,6 +145,33 @@ class DetectionOutput(ClassBoxes):
         return config
 
 
+class AtLeastOneRoI(keras.layers.Layer):
+    """RoIs (R, 4) and their image indices (R,), with one dummy RoI appended when R is 0.
+
+    TF 2.21's oneDNN Conv2D returns the input's channel count on an empty batch (a 256 -> 512 conv of
+    a (0, 14, 14, 256) batch gives (0, 14, 14, 256)), which breaks heads that change width (Keypoint
+    R-CNN's 512-channel convs) on images without detections; the heads' outputs are cut back to R
+    rows by `FirstRows`.
+    """
+
+    def call(self, rois, indices):
+        missing = tf.maximum(1 - tf.shape(rois)[0], 0)
+        return tf.pad(rois, [[0, missing], [0, 0]], constant_values=1.0), tf.pad(indices, [[0, missing]])
+
+    def compute_output_spec(self, rois, indices):
+        return keras.KerasTensor((None, 4), "float32"), keras.KerasTensor((None,), "int32")
+
+
+class FirstRows(keras.layers.Layer):
+    """values (R', ...) cut to the first R rows of `reference` (R,): undoes AtLeastOneRoI's padding."""
+
+    def call(self, values, reference):
+        return values[: tf.shape(reference)[0]]
+
+    def compute_output_spec(self, values, reference):
+        return keras.KerasTensor((None, *values.shape[1:]), values.dtype)
+
+
 class RealDetectionRoIs(keras.layers.Layer):
     """The real (unpadded) detections as RoIs for the mask and keypoint heads.
 

@@ -15,7 +15,9 @@ import keras
 # Importing these modules fills the registries with their builders.
 from tfdet.modeling import backbones as _backbones  # noqa: F401
 from tfdet.layers.detection_output import (
+    AtLeastOneRoI,
     DetectionOutput,
+    FirstRows,
     FlattenRoIs,
     HeatmapsToKeypoints,
     RealDetectionRoIs,
@@ -110,18 +112,18 @@ def add_instance_outputs(cfg, body, box_head, boxes, classes, num_detections, im
     outputs = {}
     if not (cfg.MODEL.MASK_ON or cfg.MODEL.KEYPOINTS_ON):
         return outputs
-    det_rois, det_indices, positions, det_boxes = RealDetectionRoIs(name="detection_rois")(
+    real_rois, real_indices, positions, det_boxes = RealDetectionRoIs(name="detection_rois")(
         [boxes, num_detections, image_info]
     )
+    det_rois, det_indices = AtLeastOneRoI(name="nonempty_detection_rois")(real_rois, real_indices)
     if cfg.MODEL.MASK_ON:
         mask_head = MASK_HEADS.get(cfg.MRCNN.ROI_MASK_HEAD)(cfg, body, det_rois, det_indices, box_head)
-        mask_probs = SelectClassMasks(name="class_mask_probs")(
-            [add_mask_rcnn_outputs(cfg, mask_head).probs, classes, positions]
-        )
+        mask_probs = FirstRows(name="real_mask_probs")(add_mask_rcnn_outputs(cfg, mask_head).probs, positions)
+        mask_probs = SelectClassMasks(name="class_mask_probs")([mask_probs, classes, positions])
         outputs["mask_probs"] = ScatterToDetections(name="mask_probs")([mask_probs, positions, classes])
     if cfg.MODEL.KEYPOINTS_ON:
         keypoint_head = KEYPOINT_HEADS.get(cfg.KRCNN.ROI_KEYPOINTS_HEAD)(cfg, body, det_rois, det_indices)
-        keypoint_maps = add_keypoint_outputs(cfg, keypoint_head)
+        keypoint_maps = FirstRows(name="real_keypoint_heatmaps")(add_keypoint_outputs(cfg, keypoint_head), positions)
         if heatmaps:
             outputs["keypoint_heatmaps"] = ScatterToDetections(name="keypoint_heatmaps")(
                 [keypoint_maps, positions, classes]
