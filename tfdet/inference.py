@@ -9,7 +9,7 @@ from tfdet.graph_options import cpu_graph_options
 from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
 from tfdet.ops.masks import paste_masks
-from tfdet.preprocessing import batch_images, prepare_image
+from tfdet.preprocessing import model_inputs
 from tfdet.test_time_augmentation import TestTimeAugmentation, uses_test_time_augmentation
 
 
@@ -70,23 +70,18 @@ class Predictor:
     def model_inputs(self, images):
         """The model's inputs for a list of BGR images: the resized, mean-subtracted images padded into one
         blob, and image_info rows (input height, input width, scale)."""
-        test = self.cfg.TEST
-        prepared = [prepare_image(im, self.cfg.PIXEL_MEANS, test.SCALE, test.MAX_SIZE) for im in images]
-        stride = self.cfg.FPN.COARSEST_STRIDE if self.cfg.FPN.FPN_ON else 0
-        blob = batch_images([p[0] for p in prepared], stride)
-        info = np.array([[im.shape[0], im.shape[1], scale] for im, (_, scale) in zip(images, prepared)], np.float32)
-        return {"images": blob, "image_info": info}
+        return model_inputs(images, self.cfg, self.cfg.TEST.SCALE, self.cfg.TEST.MAX_SIZE)
 
     def _predict_batch(self, images):
         with cpu_graph_options():
             if self._augmentation is not None:
-                return [self._augmentation.detect(image, self._paste_image_masks(image)) for image in images]
+                return [self._augmentation.detect(image, self._mask_paster(image.shape[:2])) for image in images]
             outputs = {k: v.numpy() for k, v in self._run(self.model_inputs(images)).items()}
             return [self._image_results(outputs, i, images[i].shape[:2]) for i in range(len(images))]
 
-    def _paste_image_masks(self, image):
-        """(N, M, M) soft masks and their boxes -> (N, H, W) boolean masks of `image`."""
-        height, width = np.int32(image.shape[0]), np.int32(image.shape[1])
+    def _mask_paster(self, image_size):
+        """(N, M, M) soft masks and their boxes -> (N, H, W) boolean masks of an image of `image_size` (H, W)."""
+        height, width = np.int32(image_size[0]), np.int32(image_size[1])
         threshold = np.float32(self.cfg.MRCNN.THRESH_BINARIZE)
         return lambda probs, boxes: self._paste(probs, boxes, height, width, threshold).numpy()
 
@@ -98,14 +93,7 @@ class Predictor:
             "classes": outputs["classes"][index, :count].astype(np.int32),
         }
         if "mask_probs" in outputs:
-            masks = self._paste(
-                outputs["mask_probs"][index, :count],
-                result["boxes"],
-                np.int32(image_size[0]),
-                np.int32(image_size[1]),
-                np.float32(self.cfg.MRCNN.THRESH_BINARIZE),
-            )
-            result["masks"] = masks.numpy()
+            result["masks"] = self._mask_paster(image_size)(outputs["mask_probs"][index, :count], result["boxes"])
         if "keypoints" in outputs:
             result["keypoints"] = outputs["keypoints"][index, :count, :, :3].astype(np.float32)
             result["keypoint_probs"] = outputs["keypoints"][index, :count, :, 3].astype(np.float32)

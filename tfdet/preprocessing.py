@@ -49,3 +49,14 @@ def batch_images(images, stride=0):
     for i, im in enumerate(images):
         blob[i, : im.shape[0], : im.shape[1]] = im
     return blob
+
+
+def model_inputs(images, cfg, target_size, max_size):
+    """The inference model's inputs for a list of BGR images resized to (target_size, max_size): the
+    mean-subtracted images padded into one blob (to FPN.COARSEST_STRIDE for FPN models), and image_info
+    rows (input height, input width, scale)."""
+    prepared = [prepare_image(im, cfg.PIXEL_MEANS, target_size, max_size) for im in images]
+    stride = cfg.FPN.COARSEST_STRIDE if cfg.FPN.FPN_ON else 0
+    blob = batch_images([p[0] for p in prepared], stride)
+    info = np.array([[im.shape[0], im.shape[1], scale] for im, (_, scale) in zip(images, prepared)], np.float32)
+    return {"images": blob, "image_info": info}

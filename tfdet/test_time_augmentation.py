@@ -25,7 +25,7 @@ from tfdet.modeling.test_time_models import build_test_time_models
 from tfdet.modeling.training_graph import copy_weights_by_blob_name
 from tfdet.ops.keypoints import heatmaps_to_keypoints
 from tfdet.ops.nms import BoxVoting, SoftNMS, per_class_nms
-from tfdet.preprocessing import as_bgr_image, batch_images, prepare_image
+from tfdet.preprocessing import as_bgr_image, model_inputs
 
 MASK_HEURISTICS = ("SOFT_AVG", "SOFT_MAX", "LOGIT_AVG")
 KEYPOINT_HEURISTICS = ("HM_AVG", "HM_MAX")
@@ -272,7 +272,4 @@ class TestTimeAugmentation:
 
     def _inputs(self, image, transform):
         """The model inputs of one transformed image at the transform's scale."""
-        blob, scale = prepare_image(image, self.cfg.PIXEL_MEANS, transform.scale, transform.max_size)
-        stride = self.cfg.FPN.COARSEST_STRIDE if self.cfg.FPN.FPN_ON else 0
-        info = np.array([[image.shape[0], image.shape[1], scale]], np.float32)
-        return {"images": batch_images([blob], stride), "image_info": info}
+        return model_inputs([image], self.cfg, transform.scale, transform.max_size)

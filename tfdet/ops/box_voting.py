@@ -26,10 +26,9 @@ def _voted_scores(method, scores, votes, overlaps):
         x = tf.exp(tf.math.log(p / tf.reduce_max(p, axis=0)) / _BETA)
         tempered = x[0] / tf.reduce_sum(x, axis=0)
         return tf.reduce_sum(tempered * weights, axis=-1) / count
-    if method == "IOU_AVG":
-        iou_weights = overlaps * weights
-        return tf.reduce_sum(scores * iou_weights, axis=-1) / tf.reduce_sum(iou_weights, axis=-1)
-    raise ValueError(f"box voting scoring method {method!r} is not one of {', '.join(SCORING_METHODS)}")
+    # IOU_AVG (batched_box_voting has checked the name): the voters' scores weighted by their IoU.
+    iou_weights = overlaps * weights
+    return tf.reduce_sum(scores * iou_weights, axis=-1) / tf.reduce_sum(iou_weights, axis=-1)
 
 
 def batched_box_voting(top_boxes, top_scores, all_boxes, all_scores, all_valid, threshold, scoring_method="ID"):

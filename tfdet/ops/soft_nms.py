@@ -36,10 +36,8 @@ def _weights(iou, overlapping, method, sigma, iou_threshold):
         # Cython computes -(ov * ov) / sigma in float32, then np.exp in float64, stored as float32.
         exponent = tf.cast(-(iou * iou) / sigma, tf.float64)
         weight = tf.cast(tf.exp(exponent), tf.float32)
-    elif method == "hard":
+    else:  # hard (batched_soft_nms has checked the name)
         weight = tf.where(iou > iou_threshold, 0.0, 1.0)
-    else:
-        raise ValueError(f"soft-NMS method {method!r} is not one of {', '.join(METHODS)}")
     return tf.where(overlapping, weight, 1.0)
 
 
