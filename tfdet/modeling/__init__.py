@@ -1,3 +1,3 @@
-"""Model assembly: Detectron's generalized R-CNN as a Keras functional model, built from a config."""
+"""Model assembly: Detectron's models as Keras functional models, built from a config."""
 
-from tfdet.modeling.generalized_rcnn import build_model
+from tfdet.modeling.builder import build_model

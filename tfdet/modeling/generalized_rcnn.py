@@ -1,4 +1,4 @@
-"""build_model: a Detectron config -> its generalized R-CNN as one Keras functional model.
+"""Detectron's generalized R-CNN (MODEL.TYPE generalized_rcnn) as one Keras functional model.
 
 The inference model takes `images` (B, H, W, 3) float32 BGR minus PIXEL_MEANS (H, W padded to
 FPN.COARSEST_STRIDE for FPN) and `image_info` (B, 3) = (original height, original width, scale);
@@ -26,25 +26,17 @@ from tfdet.layers.detection_output import (
     SelectClassMasks,
 )
 from tfdet.layers.image_info import ImInfo
-from tfdet.modeling.device_map import apply_device_map
-from tfdet.modeling.mixed_precision import dtype_policy_scope, keep_float32
 from tfdet.modeling.registry import BODIES, BOX_HEADS, KEYPOINT_HEADS, MASK_HEADS
 from tfdet.modeling.roi_heads import add_fast_rcnn_outputs, add_keypoint_outputs, add_mask_rcnn_outputs
 from tfdet.modeling.rpn import add_proposals, add_rpn_head
 from tfdet.modeling.training_graph import build_training_model
 
 
-def build_model(cfg, training=False):
-    """The generalized R-CNN of `cfg` (Detectron's MODEL.TYPE generalized_rcnn) as a keras.Model.
-
-    `training` True builds the training graph instead (`tfdet.modeling.training_graph`): the batch
-    dict in, Detectron's loss terms out, with the same Detectron-named layers. In both, the layers
-    compute under TFDET.MIXED_PRECISION's Keras policy (`tfdet.modeling.mixed_precision`) and the
-    parts TFDET.DEVICE_MAP names run on their devices (`tfdet.modeling.device_map`).
-    """
-    with dtype_policy_scope(cfg):
-        model = build_training_model(cfg) if training else _build_inference_model(cfg)
-    return apply_device_map(cfg, keep_float32(cfg, model))
+def build_generalized_rcnn(cfg, training=False):
+    """The generalized R-CNN of `cfg`; `training` True builds the training graph instead
+    (`tfdet.modeling.training_graph`): the batch dict in, Detectron's loss terms out, with the same
+    Detectron-named layers."""
+    return build_training_model(cfg) if training else _build_inference_model(cfg)
 
 
 def _build_inference_model(cfg):
