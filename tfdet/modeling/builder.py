@@ -3,8 +3,9 @@
 from tfdet.modeling.device_map import apply_device_map
 from tfdet.modeling.generalized_rcnn import build_generalized_rcnn
 from tfdet.modeling.mixed_precision import dtype_policy_scope, keep_float32
+from tfdet.modeling.retinanet import build_retinanet
 
-_BUILDERS = {"generalized_rcnn": build_generalized_rcnn}
+_BUILDERS = {"generalized_rcnn": build_generalized_rcnn, "retinanet": build_retinanet}
 
 
 def build_model(cfg, training=False):

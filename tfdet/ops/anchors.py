@@ -49,3 +49,25 @@ def shifted_anchors(cell_anchors, stride, height, width):
     shifts = tf.stack([grid_x, grid_y, grid_x, grid_y], axis=-1)
     anchors = shifts[:, :, None, :] + cell_anchors[None, None, :, :]
     return tf.reshape(anchors, [-1, 4])
+
+
+def retinanet_level_anchors(level, scales_per_octave, aspect_ratios, anchor_scale):
+    """RetinaNet's cell anchors (A, 4) of FPN level `level`, octave-major as test_retinanet makes them.
+
+    For each octave o (outer loop) and each aspect ratio in config order (inner loop), one anchor of
+    size stride * 2**(o / scales_per_octave) * anchor_scale, stride = 2**level, quantized as
+    `generate_anchors` quantizes it; A = scales_per_octave * len(aspect_ratios).
+    """
+    stride = 2.0**level
+    return np.concatenate(
+        [
+            generate_anchors(
+                stride=stride,
+                sizes=(stride * 2.0 ** (octave / float(scales_per_octave)) * anchor_scale,),
+                aspect_ratios=(aspect,),
+            )
+            for octave in range(scales_per_octave)
+            for aspect in aspect_ratios
+        ],
+        axis=0,
+    )
