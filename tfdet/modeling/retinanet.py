@@ -20,6 +20,8 @@ import numpy as np
 # Importing these modules fills the registries with their builders.
 from tfdet.modeling import backbones as _backbones  # noqa: F401
 from tfdet.layers import CaffeConv2D
+from tfdet.layers.retinanet_output import RetinaNetClassProbs, RetinaNetDetections
+from tfdet.modeling.generalized_rcnn import soft_nms_setting
 from tfdet.modeling.registry import BODIES
 from tfdet.modeling.roi_heads.common import caffe2_fill
 from tfdet.ops.anchors import retinanet_level_anchors
@@ -129,12 +131,28 @@ def build_retinanet(cfg, training=False):
 
 
 def _build_inference_model(cfg):
-    """The inference graph: body, heads and (next) test_retinanet's post-processing."""
+    """The inference graph: body, heads, class probabilities and test_retinanet's post-processing."""
     inputs = add_retinanet_inputs()
     body = BODIES.get(cfg.MODEL.CONV_BODY)(cfg, inputs["images"])
     heads = add_retinanet_heads(cfg, body)
-    outputs = {}
-    for level, (cls_logits, bbox_pred) in heads.items():
-        outputs[f"retnet_cls_pred_fpn{level}"] = cls_logits
-        outputs[f"retnet_bbox_pred_fpn{level}"] = bbox_pred
+    softmax_classes = cfg.MODEL.NUM_CLASSES if cfg.RETINANET.SOFTMAX else None
+    probs = [
+        RetinaNetClassProbs(softmax_classes, name=f"retnet_cls_prob_fpn{level}")(cls_logits)
+        for level, (cls_logits, _) in heads.items()
+    ]
+    cell_anchors = retinanet_cell_anchors(cfg)
+    boxes, scores, classes, num_detections = RetinaNetDetections(
+        cell_anchors=[cell_anchors[level] for level in heads],
+        strides=[2**level for level in heads],
+        num_classes=cfg.MODEL.NUM_CLASSES,
+        inference_threshold=cfg.RETINANET.INFERENCE_TH,
+        pre_nms_top_n=cfg.RETINANET.PRE_NMS_TOP_N,
+        nms_threshold=cfg.TEST.NMS,
+        detections_per_image=cfg.TEST.DETECTIONS_PER_IM,
+        softmax=cfg.RETINANET.SOFTMAX,
+        apply_regression=cfg.TEST.BBOX_REG,
+        soft_nms=soft_nms_setting(cfg),
+        name="detections",
+    )([*probs, *(bbox_pred for _, bbox_pred in heads.values()), inputs["image_info"]])
+    outputs = {"boxes": boxes, "scores": scores, "classes": classes, "num_detections": num_detections}
     return keras.Model(inputs, outputs, name="retinanet")
