@@ -6,11 +6,13 @@ writes DIR/model.weights.h5, DIR/config.yaml (the effective config, with the fil
 weights), DIR/preserved_blobs.npz (the file's unused blobs, for re-saving) and prints a report of
 loaded, ignored, preserved, missing and mismatched blobs and the fields checked against the config.
 Exit status 1 when blobs are missing (unless --allow-missing) or mismatched, the model is unknown, or
-the file contradicts the config (the saved cfg's model keys; a .pth's RPN anchors: porting.config_checks;
-a warning with --allow-missing); 2 when the file cannot be read safely. Nothing is written then.
+the file contradicts the config (the saved cfg's model keys; a .pth's RPN or RetinaNet anchors:
+porting.config_checks; a warning with --allow-missing); 2 when the file cannot be read safely. Nothing
+is written then.
 
 `maskrcnn-benchmark --cfg X.yaml --weights model.pth --out DIR [--allow-missing] [KEY VALUE ...]`
-ports a maskrcnn-benchmark checkpoint, read without torch, the same way (its `iteration` reported).
+ports a maskrcnn-benchmark checkpoint, read without torch, the same way (its `iteration` reported; a
+RetinaNet checkpoint's predictions converted to Detectron's anchor order and box coding, listed).
 
 `export-detectron [--cfg X.yaml] --weights DIR/model.weights.h5 --out model_final.pkl` writes our
 weights back as a Detectron file (`{'blobs', 'cfg'}`, protocol 2, Caffe2 names and layouts), with

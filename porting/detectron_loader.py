@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 from tqdm import tqdm
 
-from porting.config_checks import check_saved_cfg, conflict_error
+from porting.config_checks import check_saved_cfg, conflict_error, is_retinanet, unused_head_conflicts
 from porting.embedded_cfg import bbox_reg_weights_from_cfg
 from porting.pickle_reader import read_weight_file
 from tfdet.modeling.detectron_names import model_blobs
@@ -179,7 +179,9 @@ def load_detectron_weights(model, cfg, path, allow_missing=False, progress=False
     variable is changed. The file's own cfg decides the box regression weights, as Detectron's
     `configure_bbox_reg_weights` does (files from before the key existed were trained with
     (1, 1, 1, 1)); a difference from `cfg` is warned about and the model's detection layer uses the
-    file's weights.
+    file's weights. RetinaNet decodes with (1, 1, 1, 1) whatever the key says (test_retinanet): its
+    report keeps the config's value. A RetinaNet config's unused tower or level blobs refuse the port too
+    (`porting.config_checks.unused_head_conflicts`).
     """
     return port_weight_file(model, cfg, read_weight_file(path), path, allow_missing, progress)
 
@@ -194,8 +196,11 @@ def port_weight_file(model, cfg, weight_file, path, allow_missing=False, progres
         checked, conflicts = check_saved_cfg(saved_cfg, cfg)
         report.checked += checked
         report.conflicts += conflicts
+    report.conflicts += unused_head_conflicts(report.unused, cfg)
     finish_port(report, assignments, path, allow_missing)
-    if saved_cfg is not None:
+    if is_retinanet(cfg):  # Detectron's RetinaNet decodes with (1, 1, 1, 1), whatever the key says
+        report.bbox_reg_weights = tuple(cfg.MODEL.BBOX_REG_WEIGHTS)
+    elif saved_cfg is not None:
         report.bbox_reg_weights = bbox_reg_weights_from_cfg(saved_cfg)
         _apply_bbox_reg_weights(model, cfg, report.bbox_reg_weights, path)
     return report

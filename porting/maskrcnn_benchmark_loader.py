@@ -12,6 +12,11 @@ The RPN's ``cell_anchors`` buffers change no variable but decide what the RPN's 
 compared with the anchors tfdet makes from the config (``porting.config_checks``), and a difference
 refuses the port as a missing blob does.
 
+A RetinaNet checkpoint's anchors are matched with the config's RetinaNet anchors in any order, and its
+prediction layers are converted to Detectron's anchor order and box coding
+(``porting.maskrcnn_benchmark_retinanet``; each conversion is listed in the report). Its post-processing is
+not ported: the model runs Detectron's RetinaNet inference, as the report says.
+
 Two things Detectron files have and these checkpoints do not:
 
 * ``FrozenBatchNorm2d`` carries ``running_mean`` / ``running_var`` next to ``weight`` / ``bias`` and
@@ -30,9 +35,10 @@ import dataclasses
 
 import numpy as np
 
-from porting.config_checks import check_cell_anchors
+from porting.config_checks import check_cell_anchors, is_retinanet, retinanet_anchor_order, unused_head_conflicts
 from porting.detectron_loader import PortReport, finish_port, match_blobs
 from porting.maskrcnn_benchmark_names import detectron_blob_names
+from porting.maskrcnn_benchmark_retinanet import INFERENCE_NOTE, check_p6_input, convert_predictions
 from porting.pickle_reader import WeightFileError
 from porting.pth_reader import read_pth
 from tfdet.layers.bilinear_upsample import bilinear_kernel
@@ -47,16 +53,21 @@ _DATA_PARALLEL_PREFIX = "module."
 
 @dataclasses.dataclass
 class BenchmarkPortReport(PortReport):
-    """A PortReport plus the checkpoint's training iteration and blobs the checkpoint cannot hold."""
+    """A PortReport plus the checkpoint's training iteration, blobs the checkpoint cannot hold, blobs converted
+    to Detectron's conventions and what of the checkpoint's model is not ported."""
 
     iteration: int | None = None
     filled: list = dataclasses.field(default_factory=list)  # (blob, how its value was made)
+    converted: list = dataclasses.field(default_factory=list)  # (blob, how its value was converted)
+    notes: list = dataclasses.field(default_factory=list)  # what the port does not carry over
 
     def format(self):
         lines = [super().format()]
         if self.iteration is not None:
             lines.append(f"  checkpoint saved at iteration {self.iteration}")
         lines += [f"  filled {blob}: {how}" for blob, how in self.filled]
+        lines += [f"  converted {blob}: {how}" for blob, how in self.converted]
+        lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 
 
@@ -151,7 +162,9 @@ def load_maskrcnn_benchmark_weights(model, cfg, path, allow_missing=False, progr
 
     Raises ValueError with the report when blobs are missing (unless `allow_missing`) or have the
     wrong shape, as `load_detectron_weights` does, and in one line when the checkpoint's RPN anchors are
-    not the config's (a warning with `allow_missing`); then no variable is changed. WeightFileError
+    not the config's, or a RetinaNet checkpoint's anchors not the config's in some order or its towers or
+    levels more than the config's (a warning with `allow_missing`); then no variable is changed; also when
+    a RetinaNet checkpoint's P6 takes P5. WeightFileError
     (UnsafeWeightFileError) when the file cannot be read safely. Checkpoints carry no config: the
     box regression weights are `cfg`'s. `progress` shows a bar on stderr.
     """
@@ -163,10 +176,18 @@ def load_maskrcnn_benchmark_weights(model, cfg, path, allow_missing=False, progr
     report = BenchmarkPortReport(
         path=str(path), iteration=iteration, filled=[(blob, how) for blob, (_, how) in sorted(filled.items())]
     )
+    anchors = {key: state[key] for key in names.anchors}
+    if names.retinanet and is_retinanet(cfg):
+        check_p6_input(state, path)
+        order, report.checked, report.conflicts = retinanet_anchor_order(anchors, cfg)
+        report.converted = convert_predictions(blobs, order, cfg)
+        report.notes.append(INFERENCE_NOTE)
+    else:
+        report.checked, report.conflicts = check_cell_anchors(anchors, cfg)
     assignments = match_blobs(model, blobs, report, mask_head, progress)
     report.ignored += ignored + sorted(names.ignored.items())
     report.unused += names.unknown
     report.bbox_reg_weights = tuple(cfg.MODEL.BBOX_REG_WEIGHTS)
-    report.checked, report.conflicts = check_cell_anchors({key: state[key] for key in names.anchors}, cfg)
+    report.conflicts += unused_head_conflicts(report.unused, cfg)
     finish_port(report, assignments, path, allow_missing)
     return report

@@ -15,6 +15,9 @@ models (``modeling/backbone/resnet.py``, ``fpn.py``, ``rpn/rpn.py``, ``roi_heads
 | ``backbone.fpn.fpn_inner{j}`` (j = 4 / 1..3) | ``fpn_inner_res5_{n}_sum`` / ``fpn_inner_res{j+1}_{n}_sum_lateral`` |
 | ``backbone.fpn.fpn_layer{j}`` | ``fpn_res{j+1}_{n}_sum`` (n: last block of that stage) |
 | ``rpn.head.{conv,cls_logits,bbox_pred}`` | ``conv_rpn`` / ``rpn_cls_logits`` / ``rpn_bbox_pred`` (+ ``_fpn2`` with FPN) |
+| RetinaNet ``rpn.head.{cls,bbox}_tower.{2i}`` | ``retnet_{cls,bbox}_conv_n{i}_fpn3`` (odd indices: the towers' ReLUs) |
+| RetinaNet ``rpn.head.{cls_logits,bbox_pred}`` | ``retnet_cls_pred_fpn3`` / ``retnet_bbox_pred_fpn3`` |
+| RetinaNet ``backbone.fpn.top_blocks.{p6,p7}`` | ``fpn_6`` / ``fpn_7`` |
 | ``roi_heads.box.feature_extractor.{fc6,fc7}`` / ``.xconvs.{m}`` | ``fc6`` / ``fc7`` / ``head_conv{m//2+1}`` (GN: conv m//3+1, its ``_gn``) |
 | ``roi_heads.box.predictor.{cls_score,bbox_pred}`` | ``cls_score`` / ``bbox_pred`` |
 | ``roi_heads.mask.feature_extractor.mask_fcn{i}`` | ``_[mask]_fcn{i}`` (GN: ``mask_fcn{i}.0`` -> ``_mask_fcn{i}``, ``.1`` -> ``_mask_fcn{i}_gn``) |
@@ -28,6 +31,13 @@ Parameter suffixes: conv/linear ``weight`` -> ``_w``, ``bias`` -> ``_b``; norm `
 buffers are folded into ``_bn_s`` / ``_bn_b`` by the loader), one without is a ``GroupNorm``.
 The RPN's ``rpn.anchor_generator.cell_anchors.{i}`` buffers map to no blob: they are set apart in
 ``anchors`` for the loader to check against the config's anchors (``porting.config_checks``).
+
+A RetinaNet checkpoint (``MODEL.RETINANET_ON``: its ``RetinaNetModule`` sits where the RPN does, hence
+``rpn.head.*``) is told by its ``rpn.head.cls_tower`` keys. Its head always runs on P3..P7
+(``R-50-FPN-RETINANET``: FPN on layer2..layer4, ``LastLevelP6P7``), one module for every level, so its
+blobs are Detectron's ``_fpn3`` ones (``modeling/rpn/retinanet/retinanet.py``, ``backbone/fpn.py``).
+The names only: the loader converts the prediction layers' anchor order and box coding
+(``porting.maskrcnn_benchmark_retinanet``).
 """
 
 from __future__ import annotations
@@ -50,6 +60,10 @@ _FPN = re.compile(
 )
 _RPN = re.compile(r"^rpn\.head\.(?P<part>conv|cls_logits|bbox_pred)\.(?P<param>weight|bias)$")
 _RPN_NAMES = {"conv": "conv_rpn", "cls_logits": "rpn_cls_logits", "bbox_pred": "rpn_bbox_pred"}
+_RETINANET_TOWER = re.compile(r"^rpn\.head\.(?P<kind>cls|bbox)_tower\.(?P<m>\d+)\.(?P<param>weight|bias)$")
+_RETINANET_PREDICTIONS = {"cls_logits": "retnet_cls_pred_fpn3", "bbox_pred": "retnet_bbox_pred_fpn3"}
+_TOP_BLOCKS = re.compile(r"^backbone\.fpn\.top_blocks\.p(?P<level>[67])\.(?P<param>weight|bias)$")
+RETINANET_TOWER_PREFIX = "rpn.head.cls_tower."
 _HEAD_LAYERS = (  # (module, its layer names): these layers keep their name as the Detectron blob's
     ("roi_heads.box.feature_extractor.", r"fc[67]"),
     ("roi_heads.box.predictor.", r"cls_score|bbox_pred"),
@@ -75,6 +89,7 @@ class BlobNames:
     anchors: list = dataclasses.field(default_factory=list)  # RPN anchor buffers, checked against the config
     ignored: dict = dataclasses.field(default_factory=dict)  # key -> why no variable takes it
     unknown: list = dataclasses.field(default_factory=list)  # keys with no Detectron counterpart
+    retinanet: bool = False  # a RetinaNet checkpoint (its head's keys under rpn.head.*)
 
 
 def _norm_module(key):
@@ -100,6 +115,7 @@ class _Namer:
         self.last_blocks = _last_blocks(keys)
         self.fpn = any(k.startswith("backbone.fpn.") for k in keys)
         self.gn_xconvs = any(_XCONV.match(k) and _XCONV.match(k)["m"] == "1" for k in keys)
+        self.is_retinanet = any(k.startswith(RETINANET_TOWER_PREFIX) for k in keys)
 
     def norm(self, prefix, key, param):
         """`<prefix>_bn_s` (frozen BN) or `<prefix>_gn_s` (GroupNorm) for a norm parameter."""
@@ -161,8 +177,21 @@ class _Namer:
             return f"head_conv{conv + 1}_gn_{_NORM_PARAM[match['param']]}"
         return None
 
+    def retinanet_blob(self, key):
+        """A RetinaNet head's or P6/P7's blob: tower convs (even Sequential indices), predictions, top blocks."""
+        if match := _RETINANET_TOWER.match(key):
+            conv, position = divmod(int(match["m"]), 2)  # (conv, ReLU) pairs
+            return None if position else f"retnet_{match['kind']}_conv_n{conv}_fpn3_{_PARAM[match['param']]}"
+        if (match := _RPN.match(key)) and match["part"] in _RETINANET_PREDICTIONS:
+            return f"{_RETINANET_PREDICTIONS[match['part']]}_{_PARAM[match['param']]}"
+        if match := _TOP_BLOCKS.match(key):
+            return f"fpn_{match['level']}_{_PARAM[match['param']]}"
+        return None
+
     def __call__(self, key):
         """The Detectron blob of a key, or None."""
+        if self.is_retinanet and key.startswith(("rpn.head.", "backbone.fpn.top_blocks.")):
+            return self.retinanet_blob(key)
         if match := _BLOCK.match(key):
             return self.block(match, key)
         if match := _STEM.match(key):
@@ -196,7 +225,7 @@ def detectron_blob_names(keys) -> BlobNames:
     """
     keys = sorted(keys)  # 'roi_heads.box' sorts before 'roi_heads.mask': the box head's res5 wins
     namer = _Namer(keys)
-    names = BlobNames()
+    names = BlobNames(retinanet=namer.is_retinanet)
     for key in keys:
         if _ANCHORS.match(key):
             names.anchors.append(key)

@@ -2,9 +2,11 @@
 
 `random_blobs` fills a blob inventory with values that keep activations of order one;
 `momentum_junk`, `msra_imagenet_junk` and `resnext_imagenet_junk` add what real files carry
-besides the parameters. `Py2Writer` writes a pickle as Python 2 + numpy 1.x did (byte strings
-that Python 3 only reads with latin1 decoding) and `detectron_cfg_yaml` the `yaml.dump(cfg)`
-string with Python tags that trained files embed. No tfdet import: the files must not be
+besides the parameters; `retinanet_blob_shapes`, `retinanet_saved_cfg` and
+`write_retinanet_model_final` make a RetinaNet zoo `model_final.pkl` (§2.3, §2.8). `Py2Writer`
+writes a pickle as Python 2 + numpy 1.x did (byte strings that Python 3 only reads with latin1
+decoding) and `detectron_cfg_yaml` the `yaml.dump(cfg)` string with Python tags that trained
+files embed. No tfdet import: the files must not be
 derived from the code under test.
 """
 
@@ -15,6 +17,7 @@ import numpy as np
 
 RES5_DIM = 2048
 IMAGENET_CLASSES = 1000
+FPN_DIM = 256
 
 
 def random_blobs(shapes, rng):
@@ -62,6 +65,73 @@ def resnext_imagenet_junk():
         "pred_w": np.full((IMAGENET_CLASSES, RES5_DIM), 0.01, np.float32),
         "pred_b": np.zeros(IMAGENET_CLASSES, np.float32),
     }
+
+
+def _conv_shapes(name, shape):
+    """A Caffe2 conv `<name>_w` and its bias `<name>_b` (one per output channel)."""
+    return {f"{name}_w": shape, f"{name}_b": shape[:1]}
+
+
+def retinanet_blob_shapes(body_shapes, block_counts=(3, 4, 6, 3), num_classes=81, num_convs=4, anchors=9):
+    """{blob: Caffe2 shape} of Detectron's RetinaNet over a ResNet body's blobs (§2.3, §2.8; FPN.py,
+    retinanet_heads.py): FPN on res5..res3 only (RPN_MIN_LEVEL 3: no res2 lateral or output conv), `fpn_6` a
+    3x3 conv on C5 (2048 channels) and `fpn_7` on its ReLU (EXTRA_CONV_LEVELS), then the class and box towers
+    of `num_convs` 3x3 convs and their 3x3 predictions, stored under the `_fpn3` names only (ConvShared):
+    sigmoid classes ((num_classes - 1) * A outputs), class-agnostic boxes (4 * A)."""
+    shapes = dict(body_shapes)
+    stage_ends = [f"res{stage}_{block_counts[stage - 2] - 1}_sum" for stage in (5, 4, 3)]
+    for index, (stage_end, lateral_dim) in enumerate(zip(stage_ends, (RES5_DIM, 1024, 512))):
+        inner = f"fpn_inner_{stage_end}" if index == 0 else f"fpn_inner_{stage_end}_lateral"
+        shapes.update(_conv_shapes(inner, (FPN_DIM, lateral_dim, 1, 1)))
+        shapes.update(_conv_shapes(f"fpn_{stage_end}", (FPN_DIM, FPN_DIM, 3, 3)))
+    shapes.update(_conv_shapes("fpn_6", (FPN_DIM, RES5_DIM, 3, 3)))
+    shapes.update(_conv_shapes("fpn_7", (FPN_DIM, FPN_DIM, 3, 3)))
+    for kind, outputs in (("cls", (num_classes - 1) * anchors), ("bbox", 4 * anchors)):
+        for index in range(num_convs):
+            shapes.update(_conv_shapes(f"retnet_{kind}_conv_n{index}_fpn3", (FPN_DIM, FPN_DIM, 3, 3)))
+        shapes.update(_conv_shapes(f"retnet_{kind}_pred_fpn3", (outputs, FPN_DIM, 3, 3)))
+    return shapes
+
+
+def retinanet_saved_cfg(**sections):
+    """The part of a trained retinanet_R-50-FPN_1x file's `cfg` a port reads (Detectron's defaults with the zoo
+    YAML's overrides, as Detectron types them); `sections` {section: {key: value}} replace values."""
+    cfg = {
+        "MODEL": {
+            "TYPE": "retinanet", "CONV_BODY": "FPN.add_fpn_ResNet50_conv5_body", "NUM_CLASSES": 81,
+            "BBOX_REG_WEIGHTS": (10.0, 10.0, 5.0, 5.0), "FASTER_RCNN": False, "MASK_ON": False,
+            "KEYPOINTS_ON": False, "RPN_ONLY": False,
+        },
+        "RESNETS": {"NUM_GROUPS": 1, "WIDTH_PER_GROUP": 64, "STRIDE_1X1": True, "RES5_DILATION": 1,
+                    "TRANS_FUNC": "bottleneck_transformation", "STEM_FUNC": "basic_bn_stem"},
+        "FPN": {
+            "FPN_ON": True, "DIM": 256, "MULTILEVEL_RPN": True, "MULTILEVEL_ROIS": False, "RPN_MAX_LEVEL": 7,
+            "RPN_MIN_LEVEL": 3, "COARSEST_STRIDE": 128, "EXTRA_CONV_LEVELS": True, "USE_GN": False,
+            "RPN_ASPECT_RATIOS": (0.5, 1, 2), "RPN_ANCHOR_START_SIZE": 32,
+        },
+        "RETINANET": {
+            "RETINANET_ON": True, "ASPECT_RATIOS": (1.0, 2.0, 0.5), "SCALES_PER_OCTAVE": 3, "ANCHOR_SCALE": 4,
+            "NUM_CONVS": 4, "BBOX_REG_WEIGHT": 1.0, "BBOX_REG_BETA": 0.11, "PRE_NMS_TOP_N": 1000,
+            "POSITIVE_OVERLAP": 0.5, "NEGATIVE_OVERLAP": 0.4, "LOSS_ALPHA": 0.25, "LOSS_GAMMA": 2.0,
+            "PRIOR_PROB": 0.01, "SHARE_CLS_BBOX_TOWER": False, "CLASS_SPECIFIC_BBOX": False, "SOFTMAX": False,
+            "INFERENCE_TH": 0.05,
+        },
+        "RPN": {"RPN_ON": False},
+        "TEST": {"SCALE": 800, "MAX_SIZE": 1333, "NMS": 0.5, "DETECTIONS_PER_IM": 100, "RPN_PRE_NMS_TOP_N": 10000},
+        "PIXEL_MEANS": np.array([[[102.9801, 115.9465, 122.7717]]]),
+    }  # fmt: skip
+    for section, values in sections.items():
+        cfg[section] = {**cfg[section], **values}
+    return cfg
+
+
+def write_retinanet_model_final(path, blobs, body_shapes, saved_cfg):
+    """`path`: a RetinaNet model_final.pkl as Detectron (Python 2) saved one trained from MSRA's R-50.pkl: the
+    parameters, their momentum, the ImageNet file's preserved blobs (zero conv biases, fc1000) and the cfg.
+    Returns the non-parameter blobs it added."""
+    junk = {**momentum_junk(blobs), **msra_imagenet_junk(body_shapes)}
+    write_py2_detectron_file(path, {**blobs, **junk}, detectron_cfg_yaml(saved_cfg))
+    return junk
 
 
 # ---------------------------------------------------------------------------------------------
