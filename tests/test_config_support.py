@@ -44,7 +44,10 @@ LIMIT_SAMPLES = {
     "TEST.KPS_AUG.HEUR": ("FOO", ()),
     "TEST.SOFT_NMS.METHOD": ("cubic", ()),
     "TEST.BBOX_VOTE.SCORING_METHOD": ("MEDIAN", ()),
-    "MODEL.TYPE": ("retinanet", ()),
+    "TEST.BBOX_VOTE.ENABLED": (True, ()),
+    "MODEL.TYPE": ("rfcn", ()),
+    "MODEL.MASK_ON": (True, ()),
+    "MODEL.KEYPOINTS_ON": (True, ()),
     "MODEL.CONV_BODY": ("VGG16.add_VGG16_conv5_body", ()),
     "MODEL.FASTER_RCNN": (False, ()),
     "MODEL.RPN_ONLY": (True, ()),
@@ -218,15 +221,13 @@ def test_zoo_configs_load_and_their_detectors_pass_inference():
     assert len(configs) == 85
     expected = {}
     for name, cfg in configs.items():
-        if name.startswith("retinanet_"):
-            expected[name] = {"MODEL.TYPE", "RETINANET.RETINANET_ON"}
-        elif name.startswith("rpn_"):
+        if name.startswith("rpn_"):
             expected[name] = {"MODEL.RPN_ONLY"}
         elif cfg.TRAIN.PROPOSAL_FILES or cfg.TEST.PROPOSAL_FILES:
             expected[name] = {"MODEL.FASTER_RCNN"}
         else:
             expected[name] = set()
-    assert sum(not keys for keys in expected.values()) == 39  # the end-to-end (and getting_started) R-CNN configs
+    assert sum(not keys for keys in expected.values()) == 47  # the end-to-end (and getting_started) R-CNN and RetinaNet configs
     for name, cfg in configs.items():
         message = refusal(cfg, "inference") or ""
         assert {line.split(" = ")[0] for line in message.splitlines()} == expected[name], (name, message)

@@ -5,8 +5,9 @@ Each key of tfdet.config.defaults has one status in SUPPORT:
 * Implemented(test): the key acts as in Detectron; `test` ("tests/<file>.py::<function>") exercises it.
   Its `limits` refuse the values tfdet does not implement (RoIPoolF, URLs, values outside Detectron's).
 * NoEffect(reason): a Detectron execution detail that cannot change a result in Detectron either.
-* OnlyWith(condition, reason): Detectron reads the key only in a mode tfdet refuses (RetinaNet, Fast
-  R-CNN on precomputed proposals, ...), so the refusal of that mode covers it.
+* OnlyWith(condition, reason): Detectron reads the key only in a mode tfdet refuses (Fast R-CNN on
+  precomputed proposals, ...) or in another part of tfdet (RetinaNet's training keys), so that mode's
+  refusal or implementation covers it.
 * Refused(reason, uses, fix): not implemented; a non-default value is refused for those uses.
 
 Refusals happen at the point of use, not at load time, so every Detectron zoo YAML still loads:
@@ -151,11 +152,26 @@ _UNION_ONLY = _one_of(
 
 _FAST_RCNN_MODE = "Fast R-CNN on precomputed proposals (MODEL.FASTER_RCNN and MODEL.RPN_ONLY False)"
 _PROPOSAL_FILES_TRAINING = "TRAIN.PROPOSAL_FILES (training on precomputed proposals)"
-_RETINANET_MODE = "RETINANET.RETINANET_ON True (RetinaNet models)"
-_RETINANET_ONLY = OnlyWith(
-    _RETINANET_MODE, "read only by Detectron's RetinaNet heads, targets and test_retinanet; RetinaNet is refused "
-    "until issue 17 implements it",
+_RETINANET_ON = (When("RETINANET.RETINANET_ON", True),)
+_RETINANET_TRAINING = OnlyWith(
+    "training a RetinaNet (MODEL.TYPE retinanet, tfdet.modeling.retinanet_training)",
+    "read only by Detectron's RetinaNet targets and losses (roi_data/retinanet.py, retinanet_heads.py's "
+    "add_fpn_retinanet_losses); RetinaNet inference never reads it",
 )  # fmt: skip
+_RETINANET_DETECTIONS = "tests/test_retinanet.py::test_detections_match_detectron"
+_RETINANET_ANCHORS = "tests/test_retinanet.py::test_cell_anchors_match_detectron_and_hand_values"
+_RETINANET_HEADS = "tests/test_retinanet.py::test_head_variants_and_initialisation"
+
+
+def _not_with_retinanet(uses, what):
+    """Refuse True for a RetinaNet: Detectron's core/test.py returns test_retinanet's boxes before `what`."""
+    return Limit(
+        lambda value, _: not value,
+        f"Detectron's RetinaNet inference (core/test.py im_detect_all) returns test_retinanet's boxes without {what}",
+        "set it False for a RetinaNet config", uses, _RETINANET_ON,
+    )  # fmt: skip
+
+
 _VOC_EVALUATOR = OnlyWith(
     "Detectron's PASCAL VOC evaluator (a 'voc_' dataset without TEST.FORCE_JSON_DATASET_EVAL)",
     "read only by datasets/voc_dataset_evaluator.py, which tfdet refuses for TEST.FORCE_JSON_DATASET_EVAL",
@@ -268,7 +284,9 @@ SUPPORT = {
         _OURS + "test_force_json_dataset_eval_admits_voc_and_cityscapes_names", (_FORCE_JSON,)
     ),
     "TEST.PRECOMPUTED_PROPOSALS": Implemented("tests/test_config.py::test_detectron_inferred_values_are_set"),
-    "TEST.BBOX_AUG.ENABLED": Implemented(_BBOX_AUG, (_TTA_EXPORT,)),
+    "TEST.BBOX_AUG.ENABLED": Implemented(
+        _BBOX_AUG, (_TTA_EXPORT, _not_with_retinanet(("inference",), "test-time augmentation"))
+    ),
     "TEST.BBOX_AUG.SCORE_HEUR": Implemented(_BBOX_AUG, (_UNION_ONLY,)),
     "TEST.BBOX_AUG.COORD_HEUR": Implemented(_BBOX_AUG, (_UNION_ONLY,)),
     "TEST.BBOX_AUG.H_FLIP": Implemented(_BBOX_AUG),
@@ -314,7 +332,7 @@ SUPPORT = {
         _SOFT_NMS, (_one_of(("linear", "gaussian", "hard"), PREDICTION_USES, (When("TEST.SOFT_NMS.ENABLED", True),)),)
     ),
     "TEST.SOFT_NMS.SIGMA": Implemented(_SOFT_NMS),
-    "TEST.BBOX_VOTE.ENABLED": Implemented(_BOX_VOTING),
+    "TEST.BBOX_VOTE.ENABLED": Implemented(_BOX_VOTING, (_not_with_retinanet(PREDICTION_USES, "box voting"),)),
     "TEST.BBOX_VOTE.VOTE_TH": Implemented(_BOX_VOTING),
     "TEST.BBOX_VOTE.SCORING_METHOD": Implemented(_BOX_VOTING, (_one_of(
         ("ID", "TEMP_AVG", "AVG", "IOU_AVG", "GENERALIZED_AVG", "QUASI_SUM"), PREDICTION_USES,
@@ -325,11 +343,19 @@ SUPPORT = {
         PREDICTION_USES, "leave it at 1.0",
     ),  # fmt: skip
     # ---- MODEL ----
-    "MODEL.TYPE": Implemented(_MODEL_INVENTORY, (_one_of(
-        ("generalized_rcnn",), MODEL_USES,
-        reason="tfdet builds generalized_rcnn models only (RetinaNet comes with issue 17; R-FCN is not implemented)",
-        fix="use a generalized_rcnn config",
-    ),)),  # fmt: skip
+    "MODEL.TYPE": Implemented(_MODEL_INVENTORY, (
+        _one_of(
+            ("generalized_rcnn",), MODEL_USES, (When("RETINANET.RETINANET_ON", False),),
+            reason="tfdet builds generalized_rcnn models, and retinanet ones with RETINANET.RETINANET_ON True "
+            "(R-FCN is not implemented)",
+            fix="use a generalized_rcnn config, or a retinanet one with RETINANET.RETINANET_ON True",
+        ),
+        _one_of(
+            ("retinanet",), MODEL_USES, _RETINANET_ON,
+            reason="with RETINANET.RETINANET_ON True Detectron's data loader and core/test.py expect a RetinaNet",
+            fix="set MODEL.TYPE retinanet, or RETINANET.RETINANET_ON False",
+        ),
+    )),  # fmt: skip
     "MODEL.CONV_BODY": Implemented(_MODEL_INVENTORY, (_not_in(
         ("VGG16.add_VGG16_conv5_body", "VGG_CNN_M_1024.add_VGG_CNN_M_1024_conv5_body"),
         "use a ResNet or FPN body", MODEL_USES,
@@ -345,8 +371,8 @@ SUPPORT = {
         "does not implement", "set MODEL.FASTER_RCNN True to compute proposals with the model's own RPN",
         MODEL_USES, (When("TEST.PRECOMPUTED_PROPOSALS", True),),
     ),)),  # fmt: skip
-    "MODEL.MASK_ON": Implemented(_MODEL_INVENTORY),
-    "MODEL.KEYPOINTS_ON": Implemented(_MODEL_INVENTORY),
+    "MODEL.MASK_ON": Implemented(_MODEL_INVENTORY, (_not_with_retinanet(MODEL_USES, "mask heads"),)),
+    "MODEL.KEYPOINTS_ON": Implemented(_MODEL_INVENTORY, (_not_with_retinanet(MODEL_USES, "keypoint heads"),)),
     "MODEL.RPN_ONLY": Implemented("tests/test_training_graph.py::test_c4_and_rpn_only_training_graphs", (Limit(
         lambda value, _: not value,
         "tfdet trains RPN-only models but runs no proposal inference (Detectron's rpn_generator and its AR "
@@ -365,15 +391,25 @@ SUPPORT = {
         )
     },  # fmt: skip
     # ---- RETINANET ----
-    "RETINANET.RETINANET_ON": Refused(
-        "RetinaNet is not implemented yet (issue 17)", MODEL_USES, "use a generalized R-CNN config"
-    ),
+    "RETINANET.RETINANET_ON": Implemented(_RETINANET_DETECTIONS),  # MODEL.TYPE must agree with it
+    "RETINANET.ASPECT_RATIOS": Implemented(_RETINANET_ANCHORS),
+    "RETINANET.SCALES_PER_OCTAVE": Implemented(_RETINANET_ANCHORS),
+    "RETINANET.ANCHOR_SCALE": Implemented(_RETINANET_ANCHORS),
+    "RETINANET.NUM_CONVS": Implemented("tests/test_retinanet.py::test_zoo_retinanet_inventory"),
+    "RETINANET.PRIOR_PROB": Implemented(_RETINANET_HEADS),
+    "RETINANET.SHARE_CLS_BBOX_TOWER": Implemented(_RETINANET_HEADS),
+    "RETINANET.SOFTMAX": Implemented(_RETINANET_DETECTIONS),
+    "RETINANET.PRE_NMS_TOP_N": Implemented(_RETINANET_DETECTIONS),
+    "RETINANET.INFERENCE_TH": Implemented(_RETINANET_DETECTIONS),
+    "RETINANET.CLASS_SPECIFIC_BBOX": Refused(
+        "Detectron trains class-specific RetinaNet boxes but its test_retinanet cannot decode them (it reshapes "
+        "the box blob to 4 deltas per anchor, which fails)", PREDICTION_USES,
+        "set it False to run or export a RetinaNet", _RETINANET_ON,
+    ),  # fmt: skip
     **{
-        f"RETINANET.{key}": _RETINANET_ONLY
+        f"RETINANET.{key}": _RETINANET_TRAINING
         for key in (
-            "ASPECT_RATIOS", "SCALES_PER_OCTAVE", "ANCHOR_SCALE", "NUM_CONVS", "BBOX_REG_WEIGHT", "BBOX_REG_BETA",
-            "PRE_NMS_TOP_N", "POSITIVE_OVERLAP", "NEGATIVE_OVERLAP", "LOSS_ALPHA", "LOSS_GAMMA", "PRIOR_PROB",
-            "SHARE_CLS_BBOX_TOWER", "CLASS_SPECIFIC_BBOX", "SOFTMAX", "INFERENCE_TH",
+            "BBOX_REG_WEIGHT", "BBOX_REG_BETA", "POSITIVE_OVERLAP", "NEGATIVE_OVERLAP", "LOSS_ALPHA", "LOSS_GAMMA",
         )
     },  # fmt: skip
     # ---- SOLVER ----

@@ -132,6 +132,11 @@ def build_retinanet(cfg, training=False):
 
 def _build_inference_model(cfg):
     """The inference graph: body, heads, class probabilities and test_retinanet's post-processing."""
+    if cfg.RETINANET.CLASS_SPECIFIC_BBOX:
+        raise ValueError(
+            "RETINANET.CLASS_SPECIFIC_BBOX True: Detectron's test_retinanet cannot decode class-specific boxes, "
+            "so there is no inference model to match; set it False"
+        )
     inputs = add_retinanet_inputs()
     body = BODIES.get(cfg.MODEL.CONV_BODY)(cfg, inputs["images"])
     heads = add_retinanet_heads(cfg, body)
