@@ -2,6 +2,7 @@
 of the zoo models, detections equal to a NumPy restatement of core/test_retinanet.py fed the model's
 own head outputs, the refusals, and the Predictor / tfdet.infer / tfdet.evaluate on a RetinaNet."""
 
+import functools
 import gc
 import json
 import math
@@ -21,7 +22,7 @@ from tfdet.inference import Predictor
 from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
 from tfdet.modeling.detectron_names import detectron_inventory
-from tfdet.modeling.registry import BODIES
+from tfdet.modeling.registry import BodyOutput
 from tfdet.modeling.retinanet import add_retinanet_heads, retinanet_cell_anchors
 
 ZOO_DIR = ("detectron", "configs", "12_2017_baselines")
@@ -142,36 +143,40 @@ def test_cell_anchors_match_detectron_and_hand_values():
 # ---- heads ----------------------------------------------------------------------------------------------------
 
 
+def heads_model(cfg, dim=16):
+    """The RetinaNet heads alone, on one (B, H, W, dim) input per level 3..7."""
+    features = {level: keras.Input((None, None, dim), name=f"p{level}") for level in range(3, 8)}
+    heads = add_retinanet_heads(cfg, BodyOutput(features, dim))
+    return keras.Model(list(features.values()), {f"{kind}{level}": t for level, pair in heads.items()
+                                                 for kind, t in zip(("cls", "box"), pair)})  # fmt: skip
+
+
 def test_head_variants_and_initialisation():
     prior = 0.01
-    model = build_model(tiny_config())
-    names = {layer.name for layer in model.layers}
-    assert {"retnet_cls_conv_n0_fpn3", "retnet_bbox_conv_n0_fpn3", "retnet_cls_pred_fpn3", "retnet_bbox_pred_fpn3"} <= names
-    assert not any(name.startswith("retnet_") and name.endswith(("fpn4", "fpn5", "fpn6", "fpn7")) and "conv" in name
-                   and not name.endswith("relu") for name in names)  # fmt: skip
+    model = heads_model(tiny_config())
+    names = {layer.name for layer in model.layers if layer.weights}
+    assert names == {"retnet_cls_conv_n0_fpn3", "retnet_bbox_conv_n0_fpn3", "retnet_cls_pred_fpn3", "retnet_bbox_pred_fpn3"}
     cls_pred = model.get_layer("retnet_cls_pred_fpn3")
     assert len(cls_pred._inbound_nodes) == 5  # one layer, called on P3..P7 (Detectron's ConvShared)
     kernel, bias = (np.asarray(w) for w in cls_pred.get_weights())
-    assert kernel.shape == (3, 3, 16, 9 * 3)
+    assert kernel.shape == (3, 3, 16, 9 * 3) and model.output["cls7"].shape[-1] == 27 and model.output["box7"].shape[-1] == 36
     np.testing.assert_allclose(bias, -math.log((1 - prior) / prior), rtol=1e-6)
     assert abs(kernel.std() - 0.01) < 0.001 and abs(kernel.mean()) < 0.001
     for name in ("retnet_cls_conv_n0_fpn3", "retnet_bbox_pred_fpn3"):
         assert not np.any(model.get_layer(name).get_weights()[1])
 
     # Softmax: every anchor's background channel starts at log((C-1)(1-p)/p), its classes at 0.
-    model = build_model(tiny_config("RETINANET.SOFTMAX", "True", "RETINANET.SHARE_CLS_BBOX_TOWER", "True"))
+    model = heads_model(tiny_config("RETINANET.SOFTMAX", "True", "RETINANET.SHARE_CLS_BBOX_TOWER", "True"))
     bias = np.asarray(model.get_layer("retnet_cls_pred_fpn3").get_weights()[1])
     np.testing.assert_allclose(bias, np.tile([math.log(3 * 99.0), 0.0, 0.0, 0.0], 9), rtol=1e-6)
     # A shared tower: no box tower; the box pred reads the class tower.
     assert not any(layer.name.startswith("retnet_bbox_conv") for layer in model.layers)
-    inventory = detectron_inventory(model)
-    assert inventory["retnet_bbox_pred_fpn3_w"] == (36, 16, 3, 3)
+    for cls_node, box_node in zip(*(model.get_layer(f"retnet_{kind}_pred_fpn3")._inbound_nodes for kind in ("cls", "bbox"))):
+        assert cls_node.input_tensors[0] is box_node.input_tensors[0]
 
     # Class-specific boxes: A * 4 * (NUM_CLASSES - 1) deltas; no inference model (test_retinanet cannot decode them).
     cfg = tiny_config("RETINANET.CLASS_SPECIFIC_BBOX", "True")
-    images = keras.Input((None, None, 3))
-    heads = add_retinanet_heads(cfg, BODIES.get(cfg.MODEL.CONV_BODY)(cfg, images))
-    assert [tuple(heads[level][1].shape[1:]) for level in (3, 7)] == [(None, None, 9 * 4 * 3)] * 2
+    assert heads_model(cfg).output["box3"].shape[-1] == 9 * 4 * 3
     with pytest.raises(ValueError, match="RETINANET.CLASS_SPECIFIC_BBOX"):
         build_model(cfg)
 
@@ -218,16 +223,35 @@ def test_zoo_retinanet_inventory(name):
 
 # ---- detections -----------------------------------------------------------------------------------------------
 
+# case: (overrides of the network run end to end, overrides of the post-processing alone). With the latter
+# the case's own model is built and its `detections` layer applied to the head outputs of the former run.
 DETECTION_CASES = {
     # The zoo's settings: PRE_NMS_TOP_N 1000 cuts the finest levels, INFERENCE_TH 0.05.
-    "zoo_settings": [],
+    "zoo_settings": ((), ()),
     # Only the coarsest level, thresholded at 0.0, has candidates; boxes are the anchors themselves.
-    "coarsest_level_without_regression": ["RETINANET.INFERENCE_TH", "0.999", "TEST.BBOX_REG", "False"],
+    "coarsest_level_without_regression": ((), ("RETINANET.INFERENCE_TH", "0.999", "TEST.BBOX_REG", "False")),
     # Every survivor is returned, so decayed scores show.
-    "soft_nms": ["TEST.SOFT_NMS.ENABLED", "True", "RETINANET.PRE_NMS_TOP_N", "60", "TEST.DETECTIONS_PER_IM", "300"],
-    "softmax_shared_tower": ["RETINANET.SOFTMAX", "True", "RETINANET.SHARE_CLS_BBOX_TOWER", "True",
-                             "RETINANET.PRE_NMS_TOP_N", "200", "TEST.NMS", "0.3"],  # fmt: skip
+    "soft_nms": ((), ("TEST.SOFT_NMS.ENABLED", "True", "RETINANET.PRE_NMS_TOP_N", "60", "TEST.DETECTIONS_PER_IM", "300")),
+    "softmax_shared_tower": (
+        ("RETINANET.SOFTMAX", "True", "RETINANET.SHARE_CLS_BBOX_TOWER", "True", "RETINANET.PRE_NMS_TOP_N", "200",
+         "TEST.NMS", "0.3"),
+        (),
+    ),  # fmt: skip
 }
+
+
+@functools.lru_cache(maxsize=None)
+def end_to_end(network_overrides):
+    """(outputs, raw head outputs) of the tiny RetinaNet with these overrides, run once per module."""
+    return run_model(tiny_config(*network_overrides))
+
+
+def detections_layer_outputs(cfg, raw):
+    """The outputs of `cfg`'s model's `detections` layer applied to raw head outputs."""
+    with placeholder_initialization():
+        layer = build_model(cfg).get_layer("detections")
+    boxes, scores, classes, count = tf.function(layer, autograph=False)([tf.constant(t) for t in raw])
+    return {"boxes": boxes.numpy(), "scores": scores.numpy(), "classes": classes.numpy(), "num_detections": count.numpy()}
 
 
 # tfdet.ops.soft_nms.batched_soft_nms lets a row that has finished (start >= count) grow its count by one per
@@ -241,8 +265,11 @@ SOFT_NMS_ROW_COUNT_BUG = pytest.mark.xfail(
     "case", [pytest.param(case, marks=SOFT_NMS_ROW_COUNT_BUG) if case == "soft_nms" else case for case in DETECTION_CASES]
 )
 def test_detections_match_detectron(case):
-    cfg = tiny_config(*DETECTION_CASES[case])
-    outputs, raw = run_model(cfg)
+    network, postprocessing = DETECTION_CASES[case]
+    cfg = tiny_config(*network, *postprocessing)
+    outputs, raw = end_to_end(network)
+    if postprocessing:
+        outputs = detections_layer_outputs(cfg, raw)
     for image in range(2):
         expected, stats = reference(cfg, raw, image)
         assert not any(level.get("tie_at_cut") for level in stats.values())  # the top-N is well defined
@@ -311,3 +338,37 @@ def test_predictor_infer_and_evaluate_run_a_retinanet(tmp_path, monkeypatch):
     assert evaluate_main(argv) == 0 and given == [str(weights)]
     metrics = json.loads((tmp_path / "eval" / "metrics_tiny.json").read_text())
     assert set(metrics) == {"bbox"} and 0.0 <= metrics["bbox"]["AP"] <= 1.0
+
+
+@pytest.mark.slow
+def test_demo_photo_through_the_zoo_retinanet_matches_detectron(tmp_path):
+    """The full-size path: a demo photo through retinanet_R-50-FPN_1x (800 px, P3..P7, 80 classes) with seeded
+    weights whose top class probabilities are sparse enough for a well-defined top-1000 per level."""
+    from tfdet.infer import main as infer_main
+
+    cfg = zoo_config("retinanet_R-50-FPN_1x.yaml")
+    keras.utils.set_random_seed(0)
+    predictor = Predictor(cfg)
+    photo_path = sorted(shared_path("data", "detectron_demo").glob("*.jpg"))[0]
+    photo = cv2.imread(str(photo_path))
+    inputs = predictor.model_inputs([photo])
+    spread_weights(predictor.model, 0)
+    calibrate_predictions(predictor.model, inputs, [3, 4, 5, 6, 7], logit_mean=-6.0)
+    result = predictor.predict(photo)
+    raw = [np.asarray(t) for t in keras.Model(predictor.model.inputs, predictor.model.get_layer("detections").input)(inputs)]
+    blobs = [np.ascontiguousarray(t.transpose(0, 3, 1, 2)) for t in raw[:-1]]
+    stats = {}
+    expected = detectron.im_detect_bbox(cfg, blobs[:5], blobs[5:], photo.shape[:2], float(inputs["image_info"][0, 2]), stats)
+    assert not any(level.get("tie_at_cut") for level in stats.values()) and len(np.unique(expected[:, 4])) == len(expected)
+    assert any(s["candidates"] > cfg.RETINANET.PRE_NMS_TOP_N for s in stats.values()) and len(expected) == 100
+    outputs = {"num_detections": np.array([len(result["scores"])]), **{k: v[None] for k, v in result.items()}}
+    assert_same_detections(outputs, 0, expected)
+
+    # The command line loads the same weights from a file and writes the same detections.
+    weights = tmp_path / "seeded.weights.h5"
+    predictor.model.save_weights(str(weights))
+    config = str(shared_path(*ZOO_DIR, "retinanet_R-50-FPN_1x.yaml"))
+    argv = ["--cfg", config, "--weights", str(weights), "--input", str(photo_path), "--output", str(tmp_path / "out")]
+    assert infer_main(argv) == 0
+    written = json.loads((tmp_path / "out" / "detections.json").read_text())
+    assert sorted(entry["score"] for entry in written) == pytest.approx(sorted(result["scores"]), abs=1e-6)
