@@ -91,9 +91,8 @@ def im_detect_bbox(cfg, cls_probs, box_preds, im_shape, im_scale, stats=None):
         if stats is not None:
             stats[lvl]["kept"] = pre_nms_topn
             cut = candidate_scores[inds].min()
-            stats[lvl]["tie_at_cut"] = bool(
-                pre_nms_topn < len(candidate_inds) and np.sum(candidate_scores == cut) > np.sum(candidate_scores[inds] == cut)
-            )
+            left_out_at_cut = np.sum(candidate_scores == cut) - np.sum(candidate_scores[inds] == cut)
+            stats[lvl]["tie_at_cut"] = bool(pre_nms_topn < len(candidate_inds) and left_out_at_cut > 0)
         inds = candidate_inds[inds]
         inds_5d = np.array(np.unravel_index(inds, cls_prob.shape)).transpose()
         classes = inds_5d[:, 2]

@@ -68,8 +68,9 @@ def calibrate_predictions(model, inputs, levels, logit_mean=-1.5, logit_std=1.5,
     outputs = [np.asarray(t) for t in heads(inputs)]
     logits = np.concatenate([t.ravel() for t in outputs[: len(levels)]])
     deltas = np.concatenate([t.ravel() for t in outputs[len(levels) :]])
+    logit_scale = logit_std / logits.std()
     for name, scale, shift in (
-        (f"retnet_cls_pred_fpn{levels[0]}", logit_std / logits.std(), logit_mean - logit_std / logits.std() * logits.mean()),
+        (f"retnet_cls_pred_fpn{levels[0]}", logit_scale, logit_mean - logit_scale * logits.mean()),
         (f"retnet_bbox_pred_fpn{levels[0]}", delta_std / deltas.std(), 0.0),
     ):
         layer = model.get_layer(name)
@@ -155,11 +156,12 @@ def test_head_variants_and_initialisation():
     prior = 0.01
     model = heads_model(tiny_config())
     names = {layer.name for layer in model.layers if layer.weights}
-    assert names == {"retnet_cls_conv_n0_fpn3", "retnet_bbox_conv_n0_fpn3", "retnet_cls_pred_fpn3", "retnet_bbox_pred_fpn3"}
+    assert names == {f"retnet_{kind}_fpn3" for kind in ("cls_conv_n0", "bbox_conv_n0", "cls_pred", "bbox_pred")}
     cls_pred = model.get_layer("retnet_cls_pred_fpn3")
     assert len(cls_pred._inbound_nodes) == 5  # one layer, called on P3..P7 (Detectron's ConvShared)
     kernel, bias = (np.asarray(w) for w in cls_pred.get_weights())
-    assert kernel.shape == (3, 3, 16, 9 * 3) and model.output["cls7"].shape[-1] == 27 and model.output["box7"].shape[-1] == 36
+    assert kernel.shape == (3, 3, 16, 9 * 3)
+    assert model.output["cls7"].shape[-1] == 9 * 3 and model.output["box7"].shape[-1] == 9 * 4
     np.testing.assert_allclose(bias, -math.log((1 - prior) / prior), rtol=1e-6)
     assert abs(kernel.std() - 0.01) < 0.001 and abs(kernel.mean()) < 0.001
     for name in ("retnet_cls_conv_n0_fpn3", "retnet_bbox_pred_fpn3"):
@@ -171,7 +173,8 @@ def test_head_variants_and_initialisation():
     np.testing.assert_allclose(bias, np.tile([math.log(3 * 99.0), 0.0, 0.0, 0.0], 9), rtol=1e-6)
     # A shared tower: no box tower; the box pred reads the class tower.
     assert not any(layer.name.startswith("retnet_bbox_conv") for layer in model.layers)
-    for cls_node, box_node in zip(*(model.get_layer(f"retnet_{kind}_pred_fpn3")._inbound_nodes for kind in ("cls", "bbox"))):
+    cls_nodes, box_nodes = (model.get_layer(f"retnet_{kind}_pred_fpn3")._inbound_nodes for kind in ("cls", "bbox"))
+    for cls_node, box_node in zip(cls_nodes, box_nodes):
         assert cls_node.input_tensors[0] is box_node.input_tensors[0]
 
     # Class-specific boxes: A * 4 * (NUM_CLASSES - 1) deltas; no inference model (test_retinanet cannot decode them).
@@ -184,7 +187,9 @@ def test_head_variants_and_initialisation():
 # ---- Detectron's blob inventory -------------------------------------------------------------------------------
 
 ZOO_RETINANETS = [
-    pytest.param(f"retinanet_{body}_{schedule}.yaml", marks=() if (body, schedule) == ("R-50-FPN", "1x") else pytest.mark.slow)
+    pytest.param(
+        f"retinanet_{body}_{schedule}.yaml", marks=() if (body, schedule) == ("R-50-FPN", "1x") else pytest.mark.slow
+    )
     for body in ("R-50-FPN", "R-101-FPN", "X-101-32x8d-FPN", "X-101-64x4d-FPN")
     for schedule in ("1x", "2x")
 ]  # fmt: skip
@@ -231,7 +236,9 @@ DETECTION_CASES = {
     # Only the coarsest level, thresholded at 0.0, has candidates; boxes are the anchors themselves.
     "coarsest_level_without_regression": ((), ("RETINANET.INFERENCE_TH", "0.999", "TEST.BBOX_REG", "False")),
     # Every survivor is returned, so decayed scores show.
-    "soft_nms": ((), ("TEST.SOFT_NMS.ENABLED", "True", "RETINANET.PRE_NMS_TOP_N", "60", "TEST.DETECTIONS_PER_IM", "300")),
+    "soft_nms": (
+        (), ("TEST.SOFT_NMS.ENABLED", "True", "RETINANET.PRE_NMS_TOP_N", "60", "TEST.DETECTIONS_PER_IM", "300")
+    ),
     "softmax_shared_tower": (
         ("RETINANET.SOFTMAX", "True", "RETINANET.SHARE_CLS_BBOX_TOWER", "True", "RETINANET.PRE_NMS_TOP_N", "200",
          "TEST.NMS", "0.3"),
@@ -250,8 +257,8 @@ def detections_layer_outputs(cfg, raw):
     """The outputs of `cfg`'s model's `detections` layer applied to raw head outputs."""
     with placeholder_initialization():
         layer = build_model(cfg).get_layer("detections")
-    boxes, scores, classes, count = tf.function(layer, autograph=False)([tf.constant(t) for t in raw])
-    return {"boxes": boxes.numpy(), "scores": scores.numpy(), "classes": classes.numpy(), "num_detections": count.numpy()}
+    outputs = tf.function(layer, autograph=False)([tf.constant(t) for t in raw])
+    return {name: t.numpy() for name, t in zip(("boxes", "scores", "classes", "num_detections"), outputs)}
 
 
 # tfdet.ops.soft_nms.batched_soft_nms lets a row that has finished (start >= count) grow its count by one per
@@ -262,7 +269,8 @@ SOFT_NMS_ROW_COUNT_BUG = pytest.mark.xfail(
 
 
 @pytest.mark.parametrize(
-    "case", [pytest.param(case, marks=SOFT_NMS_ROW_COUNT_BUG) if case == "soft_nms" else case for case in DETECTION_CASES]
+    "case",
+    [pytest.param(case, marks=SOFT_NMS_ROW_COUNT_BUG) if case == "soft_nms" else case for case in DETECTION_CASES],
 )
 def test_detections_match_detectron(case):
     network, postprocessing = DETECTION_CASES[case]
@@ -355,11 +363,14 @@ def test_demo_photo_through_the_zoo_retinanet_matches_detectron(tmp_path):
     spread_weights(predictor.model, 0)
     calibrate_predictions(predictor.model, inputs, [3, 4, 5, 6, 7], logit_mean=-6.0)
     result = predictor.predict(photo)
-    raw = [np.asarray(t) for t in keras.Model(predictor.model.inputs, predictor.model.get_layer("detections").input)(inputs)]
+    heads = keras.Model(predictor.model.inputs, predictor.model.get_layer("detections").input)
+    raw = [np.asarray(t) for t in heads(inputs)]
     blobs = [np.ascontiguousarray(t.transpose(0, 3, 1, 2)) for t in raw[:-1]]
     stats = {}
-    expected = detectron.im_detect_bbox(cfg, blobs[:5], blobs[5:], photo.shape[:2], float(inputs["image_info"][0, 2]), stats)
-    assert not any(level.get("tie_at_cut") for level in stats.values()) and len(np.unique(expected[:, 4])) == len(expected)
+    scale = float(inputs["image_info"][0, 2])
+    expected = detectron.im_detect_bbox(cfg, blobs[:5], blobs[5:], photo.shape[:2], scale, stats)
+    assert not any(level.get("tie_at_cut") for level in stats.values())
+    assert len(np.unique(expected[:, 4])) == len(expected)
     assert any(s["candidates"] > cfg.RETINANET.PRE_NMS_TOP_N for s in stats.values()) and len(expected) == 100
     outputs = {"num_detections": np.array([len(result["scores"])]), **{k: v[None] for k, v in result.items()}}
     assert_same_detections(outputs, 0, expected)
