@@ -261,17 +261,7 @@ def detections_layer_outputs(cfg, raw):
     return {name: t.numpy() for name, t in zip(("boxes", "scores", "classes", "num_detections"), outputs)}
 
 
-# tfdet.ops.soft_nms.batched_soft_nms lets a row that has finished (start >= count) grow its count by one per
-# later step, so rows (classes) with fewer survivors return padding as detections; R-CNN soft-NMS shares it.
-SOFT_NMS_ROW_COUNT_BUG = pytest.mark.xfail(
-    strict=True, reason="batched_soft_nms: _drop_permutation's new count must stay `count` where count <= start"
-)
-
-
-@pytest.mark.parametrize(
-    "case",
-    [pytest.param(case, marks=SOFT_NMS_ROW_COUNT_BUG) if case == "soft_nms" else case for case in DETECTION_CASES],
-)
+@pytest.mark.parametrize("case", list(DETECTION_CASES))
 def test_detections_match_detectron(case):
     network, postprocessing = DETECTION_CASES[case]
     cfg = tiny_config(*network, *postprocessing)

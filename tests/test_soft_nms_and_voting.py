@@ -67,6 +67,23 @@ def test_soft_nms_hand_made_cases():
     assert run_soft_nms(boxes, np.array([0.9, 0.5], np.float32), np.zeros(2, bool), iou_threshold=0.3)[0].shape == (0, 4)
 
 
+def test_rows_of_a_batch_are_independent(rng):
+    """Rows finishing at different steps: a row whose dets are done keeps its count while others go on."""
+    rows = [random_dets(rng, n) for n in (60, 60, 60)]
+    boxes, scores = np.stack([b for b, _ in rows]), np.stack([s for _, s in rows])
+    valid = np.zeros((3, 60), bool)
+    valid[0, :2], valid[1, :], valid[2, 30:] = True, True, True  # 2, 60 and 30 dets
+    got = soft_nms_graph(tf.constant(boxes), tf.constant(scores), tf.constant(valid), iou_threshold=0.3,
+                         score_threshold=0.0001)  # fmt: skip
+    for row in range(3):
+        dets = np.hstack([boxes[row][valid[row]], scores[row][valid[row], None]])
+        want, want_inds = det.soft_nms(dets, 0.5, 0.3, 0.0001, "linear")
+        count = int(got[3][row])
+        assert count == len(want_inds), f"row {row}: {count} rows out, Detectron gives {len(want_inds)}"
+        np.testing.assert_array_equal(got[2].numpy()[row, :count], np.flatnonzero(valid[row])[want_inds])
+        np.testing.assert_array_equal(got[1].numpy()[row, :count], want[:, 4])
+
+
 def image_predictions(rng, num_rois=200, num_classes=5):
     base = clustered_boxes(rng, num_rois)
     boxes = np.round((base[:, None, :] + rng.normal(0, 3, (num_rois, num_classes, 4))) * 4) / 4

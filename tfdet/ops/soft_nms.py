@@ -64,6 +64,7 @@ def _drop_permutation(dropped, positions, start, count):
     after = (positions > start) & (positions < count[:, None])
     kept = after & ~dropped
     new_count = start + 1 + tf.reduce_sum(tf.cast(kept, tf.int32), axis=1)
+    new_count = tf.where(count > start, new_count, count)  # a row already done keeps its count
     holes = after & dropped & (positions < new_count[:, None])
     refills = kept & (positions >= new_count[:, None])  # fill the holes, from the end backwards
     hole_rank = tf.cumsum(tf.cast(holes, tf.int32), axis=1) - 1
