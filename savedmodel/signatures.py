@@ -1,4 +1,4 @@
-"""The serving module: a generalized R-CNN behind TF Serving signatures that take images as
+"""The serving module: a detector (R-CNN or RetinaNet) behind TF Serving signatures that take images as
 clients have them (encoded bytes or uint8 RGB tensors) and return padded, named detections."""
 
 import numpy as np
@@ -27,9 +27,10 @@ class DetectionServingModule(tf.Module):
         super().__init__(name="tfdet_serving")
         if mask_format not in names.MASK_FORMATS:
             raise ValueError(f"mask_format must be one of {names.MASK_FORMATS}, got {mask_format!r}")
-        if not cfg.RPN.RPN_ON or cfg.MODEL.RPN_ONLY:
+        if cfg.MODEL.TYPE == "generalized_rcnn" and (not cfg.RPN.RPN_ON or cfg.MODEL.RPN_ONLY):
             raise ValueError(
-                "only models with an RPN that return detections can be exported (not RPN-only or Fast R-CNN)"
+                "only models that return detections from their own proposals can be exported (RetinaNet, "
+                "Faster/Mask/Keypoint R-CNN; not RPN-only or Fast R-CNN)"
             )
         # TF Serving's loader restores the variables the object graph holds as tf.Variables. A
         # tracked Keras 3 model would hold copies of its variables there, and the signatures would

@@ -5,7 +5,8 @@ By default the model is the tiny shapes Mask + Keypoint R-CNN trained for a few 
 (`savedmodel_fixtures.TinyTraining`, a child process shared with test_savedmodel_client), exported by
 `python -m savedmodel.export` from a Detectron .pkl written from its trained weights, over an existing
 version (refused, then --overwrite); test_savedmodel_client exports it from the trainer's .weights.h5.
-One fresh interpreter makes every request: a batch of shapes val images of three sizes (JPEG and PNG)
+A narrow RetinaNet with seeded, calibrated weights is exported (from a .pkl) and served beside it.
+One fresh interpreter makes every request, of each model: a batch of shapes val images of three sizes (JPEG and PNG)
 with a PNG of the pixel means, a request holding an undecodable image, and the request after it;
 `saved_model_cli` shows and runs the model; the Predictor's answers are computed meanwhile.
 Under `-m slow`, Mask R-CNN R-50-FPN (from a .pkl) and Keypoint R-CNN R-50-FPN (from a .weights.h5)
@@ -30,6 +31,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow.python.framework import op_def_registry
 
 from conftest import shared_path
+from retinanet_fixtures import calibrate_predictions, spread_weights
 from porting.detectron_writer import model_to_blobs, write_detectron_pkl
 from savedmodel import serving_config
 from savedmodel.export import ExportError, export_saved_model, replace_version
@@ -55,6 +57,14 @@ TINY = "shapes_tiny"
 # recipe and variants): 10-59 detections per image; fewer proposals leave some images with none above 0.05.
 TINY_SERVING = ("TEST.RPN_POST_NMS_TOP_N", "50", "TEST.DETECTIONS_PER_IM", "160")
 BACKGROUND_BIAS = 2.0
+RETINANET = "retinanet_tiny"
+# A narrow R-50-FPN RetinaNet (8-wide bottlenecks, 16-channel pyramid and heads, one tower conv) at the tiny
+# model's scale; seeded weights calibrated on the shapes images (`retinanet_fixtures`) give it well-separated
+# scores, and 30 slots leave padding (RetinaNet's coarsest level keeps every score: there are always some).
+RETINANET_OVERRIDES = [
+    "RESNETS.WIDTH_PER_GROUP", "8", "FPN.DIM", "16", "MODEL.NUM_CLASSES", "4", "RETINANET.NUM_CONVS", "1",
+    "TEST.SCALE", "128", "TEST.MAX_SIZE", "256", "TEST.DETECTIONS_PER_IM", "30",
+]  # fmt: skip
 UNDECODABLE = b"this is not an image"
 # The child's requests, in order, by model: image keys (see the `images` fixture).
 DEMO_REQUESTS = {
@@ -215,6 +225,22 @@ def tiny_model(training, tmp_path_factory):
     return predictor, out
 
 
+@pytest.fixture(scope="module")
+def retinanet_model(images, tmp_path_factory):
+    """(Predictor, version directory) of the tiny RetinaNet, exported by the CLI from a Detectron .pkl."""
+    config = configs_dir() / "retinanet_R-50-FPN_1x.yaml"
+    keras.utils.set_random_seed(0)
+    predictor = Predictor(load_config(config, RETINANET_OVERRIDES))
+    spread_weights(predictor.model, 0)
+    inputs = predictor.model_inputs([cv2.imread(images[key]) for key in ("shapes0", "shapes2")])
+    calibrate_predictions(predictor.model, inputs, [3, 4, 5, 6, 7], logit_mean=-4.0)
+    pkl = tmp_path_factory.mktemp("weights") / "retinanet.pkl"
+    write_pkl(predictor, pkl)
+    out = tmp_path_factory.mktemp("serving") / RETINANET / "1"
+    assert export_main(["--cfg", str(config), "--weights", str(pkl), "--out", str(out), *RETINANET_OVERRIDES]) == 0
+    return predictor, out
+
+
 def child_command(work, plan, images):
     """The fresh interpreter (TensorFlow only) that serves `plan` ({name: (version directory, requests)})."""
     return [sys.executable, "-c", CHILD, str(work), json.dumps(plan), json.dumps(images)]
@@ -246,11 +272,11 @@ SAVED_MODEL_CLI = [sys.executable, "-m", "tensorflow.python.tools.saved_model_cl
 
 
 @pytest.fixture(scope="module")
-def processes(tiny_model, images, tmp_path_factory):
+def processes(tiny_model, retinanet_model, images, tmp_path_factory):
     """Fresh interpreters started as soon as the models exist, so they run while the Predictor does:
     the child that imports only TensorFlow, `saved_model_cli show` and `saved_model_cli run`."""
     work = tmp_path_factory.mktemp("processes")
-    plan = {TINY: (str(tiny_model[1]), TINY_REQUESTS)}
+    plan = {TINY: (str(tiny_model[1]), TINY_REQUESTS), RETINANET: (str(retinanet_model[1]), TINY_REQUESTS)}
     np.save(work / "images.npy", cv2.imread(images["shapes1"])[None, :, :, ::-1])  # image_tensor takes RGB
     tiny_dir = str(tiny_model[1])
     commands = {
@@ -272,10 +298,13 @@ def processes(tiny_model, images, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def expected(processes, tiny_model, images):
+def expected(processes, tiny_model, retinanet_model, images):
     """Predictor results for every request the processes make, computed while they run."""
     predictor = tiny_model[0]
-    result = {f"{TINY}/{request}": want for request, want in predict_requests(predictor, TINY_REQUESTS, images).items()}
+    result = {}
+    for name, model in ((TINY, tiny_model), (RETINANET, retinanet_model)):
+        wants = predict_requests(model[0], TINY_REQUESTS, images)
+        result.update({f"{name}/{request}": want for request, want in wants.items()})
     result[f"{TINY}/cli"] = predictor.predict(cv2.imread(images["shapes1"]))
     return result
 
@@ -294,6 +323,15 @@ def test_child_never_imported_our_packages(served):
 
 def test_serving_default_batch_matches_predictor(tiny_model, images, expected, served):
     check_batch(served[1][f"{TINY}/batch"], expected[f"{TINY}/batch"], TINY_REQUESTS, tiny_model[0].cfg, images)
+
+
+def test_retinanet_is_served_like_the_predictor(retinanet_model, images, expected, served):
+    """A RetinaNet has the same signatures and outputs, without masks and keypoints."""
+    predictor, out = retinanet_model
+    check_batch(served[1][f"{RETINANET}/batch"], expected[f"{RETINANET}/batch"], TINY_REQUESTS, predictor.cfg, images)
+    assert not {"detection_masks", "detection_keypoints"} & set(served[1][f"{RETINANET}/batch"])
+    check_undecodable(*served, RETINANET, predictor.cfg, expected[f"{RETINANET}/after_bad"])
+    check_stock_ops(out)
 
 
 def check_batch(raw, wants, requests, cfg, images, blank_is_empty=False):

@@ -43,7 +43,7 @@ _DEVICE_OWN = "true"
 FEATURE_LAYERS = (AffineChannel, CaffeConv2D, FlattenDense, RoIFeatureTransform)
 _PREDICTION_LAYERS = re.compile(
     r"(cls_score|cls_prob|bbox_pred|rpn_cls_logits|rpn_cls_probs|rpn_bbox_pred|mask_fcn_logits|mask_fcn_probs"
-    r"|kps_score)"
+    r"|kps_score|retnet_cls_pred|retnet_bbox_pred)"
     r"(_|$)"
 )
 
