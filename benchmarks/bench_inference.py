@@ -1,5 +1,5 @@
-"""Inference speed of Mask R-CNN and Keypoint R-CNN R-50-FPN at TEST.SCALE 800 / MAX_SIZE 1333 (and, with
-`--model shapes_tiny`, of the demo's tiny shapes model at 128 px).
+"""Inference speed of Mask R-CNN, Keypoint R-CNN and RetinaNet R-50-FPN at TEST.SCALE 800 / MAX_SIZE 1333 (and,
+with `--model shapes_tiny`, of the demo's tiny shapes model at 128 px).
 
 The model graph has data-dependent shapes (NMS, real-detection selection), so `--xla` turns on
 TensorFlow's XLA auto-clustering, which compiles the static parts (backbone, FPN, heads).
@@ -8,7 +8,10 @@ kernel and oneDNN set-up, the run itself), and its ratio to a warm call; then pe
 Predictor.predict call (pre-processing, model, mask pasting) over the demo photos, median and
 p90 over >= 5 timed runs after a warm-up, images/s, peak RSS, and achieved GFLOP/s against the
 MACs counted by flop_count.py. Random weights (Detectron's initialisation), so the number of
-detections is set by the score threshold: pass --score-thresh to mimic a trained model's load.
+detections is set by the score threshold: pass --score-thresh to mimic a trained model's load. RetinaNet
+runs with RETINANET.INFERENCE_TH 0 (Detectron's initialisation scores every anchor ~0.01, below the 0.05
+default, where a trained model passes thousands on the finer levels): each level keeps its top
+PRE_NMS_TOP_N, the load a trained model gives.
 
     python benchmarks/bench_inference.py [--xla] [--runs 5] [--score-thresh 0.05]
 """
@@ -37,7 +40,8 @@ from tfdet.inference import Predictor  # noqa: E402
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = ROOT.parent / "shared" / "detectron" / "configs" / "12_2017_baselines"
 DEMO = ROOT.parent / "shared" / "data" / "detectron_demo"
-MODELS = ("e2e_mask_rcnn_R-50-FPN_1x.yaml", "e2e_keypoint_rcnn_R-50-FPN_1x.yaml")
+RETINANET = "retinanet_R-50-FPN_1x.yaml"
+MODELS = ("e2e_mask_rcnn_R-50-FPN_1x.yaml", "e2e_keypoint_rcnn_R-50-FPN_1x.yaml", RETINANET)
 TINY = "shapes_tiny"  # the demo's model, configs/shapes_tiny_mask_keypoint.yaml
 
 
@@ -63,7 +67,8 @@ def bench(name, args, images):
     path = ROOT / "configs" / "shapes_tiny_mask_keypoint.yaml" if name == TINY else CONFIGS / name
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cfg = load_config(path, ["TEST.SCORE_THRESH", str(args.score_thresh)])
+        overrides = ["RETINANET.INFERENCE_TH", "0.0"] if name == RETINANET else []
+        cfg = load_config(path, ["TEST.SCORE_THRESH", str(args.score_thresh), *overrides])
     predictor = Predictor(cfg)
     start = time.perf_counter()
     predictor._run.get_concrete_function(predictor.model_inputs(images[:1]))
@@ -105,7 +110,7 @@ def main():
     parser.add_argument("--runs", type=int, default=5, help="timed passes over the images")
     parser.add_argument("--images", type=int, default=3, help="demo photos used")
     parser.add_argument("--score-thresh", type=float, default=0.05, help="TEST.SCORE_THRESH")
-    parser.add_argument("--model", choices=(*MODELS, TINY), action="append", help="default: the two R-50 models")
+    parser.add_argument("--model", choices=(*MODELS, TINY), action="append", help="default: the three R-50 models")
     args = parser.parse_args()
     images = [cv2.imread(str(p)) for p in sorted(DEMO.glob("*.jpg"))[: args.images]]
     for name in args.model or MODELS:
