@@ -30,7 +30,7 @@ def run_nms(boxes, scores, thresh, max_out, tile_size=nms_ops.DEFAULT_TILE_SIZE)
 @pytest.mark.parametrize("tile_size", [7, 64, 256])
 def test_matches_detectron_nms(rng, thresh, tile_size):
     for trial in range(3):
-        n = int(rng.integers(1, 400))
+        n = int(rng.integers(1, 400 if tile_size > 7 else 60))  # 7-box tiles: up to 9 of them (eager: slow)
         boxes = clustered_boxes(rng, n)
         scores = rng.permutation(n).astype(np.float32) / n  # distinct scores: order is defined
         want = ref.nms(np.hstack([boxes, scores[:, None]]), thresh)
