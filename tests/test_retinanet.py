@@ -15,6 +15,8 @@ import tensorflow as tf
 
 import numpy_detectron_retinanet as detectron
 from conftest import shared_path
+from detectron_fixtures import retinanet_saved_cfg, write_retinanet_model_final
+from porting.detectron_writer import model_to_blobs
 from retinanet_fixtures import calibrate_predictions, spread_weights
 from test_backbones import expected_fpn_blobs, expected_resnet_blobs
 from tfdet.config import ConfigError, check_supported, load_config
@@ -302,18 +304,28 @@ def test_predictor_infer_and_evaluate_run_a_retinanet(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_demo_photo_through_the_zoo_retinanet_matches_detectron(tmp_path):
-    """The full-size path: a demo photo through retinanet_R-50-FPN_1x (800 px, P3..P7, 80 classes) with seeded
-    weights whose top class probabilities are sparse enough for a well-defined top-1000 per level."""
+    """The full-size path from a Detectron-format file: seeded weights whose top class probabilities are sparse
+    enough for a well-defined top-1000 per level, written as a Python-2 model_final.pkl with the zoo's junk blobs
+    and cfg; a demo photo through retinanet_R-50-FPN_1x (800 px, P3..P7, 80 classes) ported from that file, vs
+    the NumPy test_retinanet fed the ported model's head outputs; then Detectron's infer_simple command line."""
     from tfdet.infer import main as infer_main
 
     cfg = zoo_config("retinanet_R-50-FPN_1x.yaml")
-    keras.utils.set_random_seed(0)
-    predictor = Predictor(cfg)
     photo_path = sorted(shared_path("data", "detectron_demo").glob("*.jpg"))[0]
     photo = cv2.imread(str(photo_path))
-    inputs = predictor.model_inputs([photo])
-    spread_weights(predictor.model, 0)
-    calibrate_predictions(predictor.model, inputs, [3, 4, 5, 6, 7], logit_mean=-6.0)
+    keras.utils.set_random_seed(0)
+    seeded = Predictor(cfg)
+    inputs = seeded.model_inputs([photo])
+    spread_weights(seeded.model, 0)
+    calibrate_predictions(seeded.model, inputs, [3, 4, 5, 6, 7], logit_mean=-6.0)
+    blobs = model_to_blobs(seeded.model)
+    weights = tmp_path / "model_final.pkl"
+    write_retinanet_model_final(weights, blobs, {k: v.shape for k, v in blobs.items() if k.startswith(("res", "conv1"))},
+                                retinanet_saved_cfg())  # fmt: skip
+    del seeded
+    gc.collect()
+
+    predictor = Predictor(cfg, str(weights))
     result = predictor.predict(photo)
     heads = keras.Model(predictor.model.inputs, predictor.model.get_layer("detections").input)
     raw = [np.asarray(t) for t in heads(inputs)]
@@ -327,11 +339,9 @@ def test_demo_photo_through_the_zoo_retinanet_matches_detectron(tmp_path):
     outputs = {"num_detections": np.array([len(result["scores"])]), **{k: v[None] for k, v in result.items()}}
     assert_same_detections(outputs, 0, expected)
 
-    # The command line loads the same weights from a file and writes the same detections.
-    weights = tmp_path / "seeded.weights.h5"
-    predictor.model.save_weights(str(weights))
+    # Detectron's tools/infer_simple.py command line on the same file writes the same detections.
     config = str(shared_path(*ZOO_DIR, "retinanet_R-50-FPN_1x.yaml"))
-    argv = ["--cfg", config, "--weights", str(weights), "--input", str(photo_path), "--output", str(tmp_path / "out")]
+    argv = ["--cfg", config, "--wts", str(weights), "--output-dir", str(tmp_path / "out"), str(photo_path)]
     assert infer_main(argv) == 0
     written = json.loads((tmp_path / "out" / "detections.json").read_text())
     assert sorted(entry["score"] for entry in written) == pytest.approx(sorted(result["scores"]), abs=1e-6)
