@@ -320,8 +320,8 @@ def test_demo_photo_through_the_zoo_retinanet_matches_detectron(tmp_path):
     calibrate_predictions(seeded.model, inputs, [3, 4, 5, 6, 7], logit_mean=-6.0)
     blobs = model_to_blobs(seeded.model)
     weights = tmp_path / "model_final.pkl"
-    write_retinanet_model_final(weights, blobs, {k: v.shape for k, v in blobs.items() if k.startswith(("res", "conv1"))},
-                                retinanet_saved_cfg())  # fmt: skip
+    body_shapes = {name: blob.shape for name, blob in blobs.items() if name.startswith(("res", "conv1"))}
+    write_retinanet_model_final(weights, blobs, body_shapes, retinanet_saved_cfg())
     del seeded
     gc.collect()
 
