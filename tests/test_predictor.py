@@ -11,9 +11,9 @@ from training_fixtures import ONE_SAMPLE_ROI_ALIGN
 
 # Small test scale keeps the suite fast; the contract does not depend on it. A zero score threshold
 # gives random-weight models detections to check (Detectron's init makes every score ~1/81). 8 detections
-# per image: random-weight boxes cover most of the image, and Detectron's keypoint decoding resizes each
-# heatmap to its box (20 detections on the 3000 x 4000 image: 22 s of CPU; 8: 3 s). One RoIAlign sample per
-# bin: see training_fixtures.
+# per image, 4 for Keypoint R-CNN: random-weight boxes cover most of the image, and Detectron's keypoint
+# decoding resizes each heatmap to its box (on the 3000 x 4000 image, 20 detections took 22 s of CPU, 8 about
+# 10 s). One RoIAlign sample per bin: see training_fixtures.
 FAST = ["TEST.SCALE", "320", "TEST.MAX_SIZE", "512", "TEST.SCORE_THRESH", "0.0", "TEST.RPN_PRE_NMS_TOP_N", "300",
         "TEST.RPN_POST_NMS_TOP_N", "200", "TEST.DETECTIONS_PER_IM", "8", *ONE_SAMPLE_ROI_ALIGN]  # fmt: skip
 
@@ -26,7 +26,8 @@ def demo_images():
 @pytest.fixture(scope="module", params=["e2e_mask_rcnn_R-50-FPN_1x.yaml", "e2e_keypoint_rcnn_R-50-FPN_1x.yaml"])
 def predictor(request):
     with pytest.warns() if "keypoint" in request.param else _no_warning():
-        cfg = load_config(shared_path("detectron", "configs", "12_2017_baselines", request.param), FAST)
+        fewer = ["TEST.DETECTIONS_PER_IM", "4"] if "keypoint" in request.param else []
+        cfg = load_config(shared_path("detectron", "configs", "12_2017_baselines", request.param), FAST + fewer)
     return Predictor(cfg)
 
 
