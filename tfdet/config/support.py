@@ -6,8 +6,7 @@ Each key of tfdet.config.defaults has one status in SUPPORT:
   Its `limits` refuse the values tfdet does not implement (RoIPoolF, URLs, values outside Detectron's).
 * NoEffect(reason): a Detectron execution detail that cannot change a result in Detectron either.
 * OnlyWith(condition, reason): Detectron reads the key only in a mode tfdet refuses (Fast R-CNN on
-  precomputed proposals, ...) or in another part of tfdet (RetinaNet's training keys), so that mode's
-  refusal or implementation covers it.
+  precomputed proposals, ...), so that mode's refusal covers it.
 * Refused(reason, uses, fix): not implemented; a non-default value is refused for those uses.
 
 Refusals happen at the point of use, not at load time, so every Detectron zoo YAML still loads:
@@ -153,11 +152,7 @@ _UNION_ONLY = _one_of(
 _FAST_RCNN_MODE = "Fast R-CNN on precomputed proposals (MODEL.FASTER_RCNN and MODEL.RPN_ONLY False)"
 _PROPOSAL_FILES_TRAINING = "TRAIN.PROPOSAL_FILES (training on precomputed proposals)"
 _RETINANET_ON = (When("RETINANET.RETINANET_ON", True),)
-_RETINANET_TRAINING = OnlyWith(
-    "training a RetinaNet (MODEL.TYPE retinanet, tfdet.modeling.retinanet_training)",
-    "read only by Detectron's RetinaNet targets and losses (roi_data/retinanet.py, retinanet_heads.py's "
-    "add_fpn_retinanet_losses); RetinaNet inference never reads it",
-)  # fmt: skip
+_RETINANET_LOSSES = "tests/test_retinanet_training.py::test_training_graph_losses_equal_detectron_on_a_real_batch"
 _RETINANET_DETECTIONS = "tests/test_retinanet.py::test_detections_match_detectron"
 _RETINANET_ANCHORS = "tests/test_retinanet.py::test_cell_anchors_match_detectron_and_hand_values"
 _RETINANET_HEADS = "tests/test_retinanet.py::test_head_variants_and_initialisation"
@@ -403,15 +398,19 @@ SUPPORT = {
     "RETINANET.INFERENCE_TH": Implemented(_RETINANET_DETECTIONS),
     "RETINANET.CLASS_SPECIFIC_BBOX": Refused(
         "Detectron trains class-specific RetinaNet boxes but its test_retinanet cannot decode them (it reshapes "
-        "the box blob to 4 deltas per anchor, which fails)", PREDICTION_USES,
-        "set it False to run or export a RetinaNet", _RETINANET_ON,
+        "the box blob to 4 deltas per anchor, which fails), so a model trained with it could never be tested",
+        MODEL_USES, "set it False to train, run or export a RetinaNet", _RETINANET_ON,
     ),  # fmt: skip
-    **{
-        f"RETINANET.{key}": _RETINANET_TRAINING
-        for key in (
-            "BBOX_REG_WEIGHT", "BBOX_REG_BETA", "POSITIVE_OVERLAP", "NEGATIVE_OVERLAP", "LOSS_ALPHA", "LOSS_GAMMA",
-        )
-    },  # fmt: skip
+    "RETINANET.POSITIVE_OVERLAP": Implemented(
+        "tests/test_retinanet_targets.py::test_hand_made_thresholds_best_anchors_ties_and_crowd"
+    ),
+    "RETINANET.NEGATIVE_OVERLAP": Implemented(
+        "tests/test_retinanet_targets.py::test_hand_made_thresholds_best_anchors_ties_and_crowd"
+    ),
+    "RETINANET.LOSS_GAMMA": Implemented("tests/test_focal_loss.py::test_sigmoid_focal_loss_and_gradient_equal_caffe2s"),
+    "RETINANET.LOSS_ALPHA": Implemented("tests/test_focal_loss.py::test_sigmoid_focal_loss_and_gradient_equal_caffe2s"),
+    "RETINANET.BBOX_REG_BETA": Implemented(_RETINANET_LOSSES),
+    "RETINANET.BBOX_REG_WEIGHT": Implemented(_RETINANET_LOSSES),
     # ---- SOLVER ----
     **{
         f"SOLVER.{key}": Implemented("tests/test_lr_schedule.py::test_python_lr_matches_hand_values")
