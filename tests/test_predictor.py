@@ -116,6 +116,8 @@ def test_no_detection_gives_empty_results(name):
     """Heads that change width (Keypoint R-CNN's 512-channel convs, C4's res5) on zero RoIs: TF 2.21's oneDNN
     Conv2D returns the input's channel count on an empty batch, so the heads always see at least one RoI."""
     overrides = ["TEST.SCALE", "64", "TEST.MAX_SIZE", "96", "TEST.SCORE_THRESH", "1.0", *ONE_SAMPLE_ROI_ALIGN]
+    if "C4" in name:  # 8-wide bottlenecks: res5 still changes width (1024 -> 64 -> 2048), at a third of the time
+        overrides += ["RESNETS.WIDTH_PER_GROUP", "8"]
     with pytest.warns() if "keypoint" in name else _no_warning():
         cfg = load_config(shared_path("detectron", "configs", "12_2017_baselines", name), overrides)
     image = np.full((60, 80, 3), 110, np.uint8)
