@@ -10,6 +10,8 @@ from tfdet.config.config_node import Config
 from tfdet.config.decoding import decode_mapping_value, decode_override_text
 from tfdet.config.defaults import default_tree
 from tfdet.config.errors import ConfigError, ConfigWarning
+from tfdet.config.maskrcnn_benchmark_defaults import is_maskrcnn_benchmark_config
+from tfdet.config.maskrcnn_benchmark_yaml import translate_file
 from tfdet.config.renamed_keys import DEPRECATED_KEYS, RENAMED_KEYS, renamed_value
 from tfdet.config.schema import MAPPING_RULES
 from tfdet.config.suggestions import unknown_key_message
@@ -28,13 +30,15 @@ def load_config(path: str | os.PathLike | Mapping | None = None, overrides: Over
     `overrides` is a flat list ["KEY.SUB", "VALUE", ...] (command-line style: each VALUE is read as a
     YAML literal, else a Python literal such as "(800,)", else kept as text) or a dict with nested
     sections or dotted keys. Detectron's renamed keys and legacy function names are accepted with a
-    ConfigWarning; its deprecated keys are ignored with one.
+    ConfigWarning; its deprecated keys are ignored with one. A maskrcnn-benchmark / DA-fork YAML is
+    translated first, with a report on stderr (`tfdet.config.maskrcnn_benchmark_yaml`).
     """
     cfg = get_default_config()
-    if isinstance(path, Mapping):
-        _merge(cfg, flatten_keys(path), decode_mapping_value)
-    elif path is not None:
-        _merge(cfg, flatten_keys(_read_yaml_mapping(path)), decode_mapping_value)
+    mapping = path if isinstance(path, Mapping) or path is None else _read_yaml_mapping(path)
+    if mapping is not None and is_maskrcnn_benchmark_config(mapping):  # a DA-fork YAML: translated, reported
+        mapping, overrides = translate_file(mapping, overrides, "<mapping>" if mapping is path else path)
+    if mapping is not None:
+        _merge(cfg, flatten_keys(mapping), decode_mapping_value)
     if isinstance(overrides, Mapping):
         _merge(cfg, flatten_keys(overrides), decode_mapping_value)
     elif overrides is not None:

@@ -8,6 +8,13 @@ has no 2017 train/val entries; ours follow its pattern (`coco/coco_train2017`,
 dataset (`tfdet.data.shapes`), generated on first use into `$TFDET_DATA_DIR/shapes`;
 `shapes_target_train` and `shapes_target_val` are its "foggy" rendering, the target domain of the
 domain-adaptation demo (TRAIN.TARGET_DATASETS, and a labelled split to measure on).
+
+The DA fork's datasets (krumo/Domain-Adaptive-Faster-RCNN-PyTorch, `config/paths_catalog.py`) keep its
+names and folders: `cityscapes/images` (every image in one folder) with
+`cityscapes/annotations/instancesonly_filtered_gtFine_<split>.json` (8 classes) and
+`caronly_filtered_gtFine_<split>.json` (car), `foggy_cityscapes/...` likewise, `sim10k/JPEGImages` with
+`sim10k/car_instances.json`, `kitti/training/image_2` with `kitti/annotations/caronly_training.json`; the
+converters of `python -m tfdet.data.convert` write them.
 """
 
 import difflib
@@ -48,9 +55,45 @@ _COCO_DATASETS = {
 }
 
 
+def _cityscapes(folder, annotation_name):
+    return (f"{folder}/images", f"{folder}/annotations/{annotation_name}.json")
+
+
+# The DA fork's datasets: name -> (image folder, annotation file), relative to the data root.
+_DA_FORK_DATASETS = {
+    **{
+        f"cityscapes_fine_instanceonly_seg_{split}_cocostyle": _cityscapes(
+            "cityscapes", f"instancesonly_filtered_gtFine_{split}"
+        )
+        for split in ("train", "val", "test")
+    },
+    **{
+        f"foggy_cityscapes_fine_instanceonly_seg_{split}_cocostyle": _cityscapes(
+            "foggy_cityscapes", f"foggy_instancesonly_filtered_gtFine_{split}"
+        )
+        for split in ("train", "val")
+    },
+    **{
+        f"cityscapes_car_{split}_cocostyle": _cityscapes("cityscapes", f"caronly_filtered_gtFine_{split}")
+        for split in ("train", "val")
+    },
+    "sim10k_cocostyle": ("sim10k/JPEGImages", "sim10k/car_instances.json"),
+    "kitti_cocostyle": ("kitti/training/image_2", "kitti/annotations/caronly_training.json"),
+}
+_FILE_DATASETS = {**_COCO_DATASETS, **_DA_FORK_DATASETS}
+
+
 def dataset_names():
     """Every name `get_dataset` knows, sorted."""
-    return sorted([*_COCO_DATASETS, *shapes.SPLITS])
+    return sorted([*_FILE_DATASETS, *shapes.SPLITS])
+
+
+def dataset_paths(name, root=None):
+    """The DatasetSpec of a dataset stored as files (not the generated shapes splits) under `root` (default: the
+    data root), whether or not they exist yet: where the converters write it. KeyError for other names."""
+    image_folder, annotation_name = _FILE_DATASETS[name]
+    root = data_root() if root is None else pathlib.Path(root)
+    return DatasetSpec(name, root / image_folder, root / annotation_name)
 
 
 def get_dataset(name):
@@ -62,12 +105,11 @@ def get_dataset(name):
     if name in shapes.SPLITS:
         annotation_file, image_dir = shapes.ensure_split(name)
         return DatasetSpec(name, image_dir, annotation_file)
-    if name not in _COCO_DATASETS:
+    if name not in _FILE_DATASETS:
         close = difflib.get_close_matches(name, dataset_names(), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(dataset_names())}"
         raise KeyError(f"unknown dataset {name!r}{hint}")
-    image_folder, annotation_name = _COCO_DATASETS[name]
-    spec = DatasetSpec(name, data_root() / image_folder, data_root() / annotation_name)
+    spec = dataset_paths(name)
     for path in (spec.annotation_file, spec.image_dir):
         if not path.exists():
             raise FileNotFoundError(
