@@ -8,6 +8,7 @@ from savedmodel import outputs as names
 from savedmodel.preprocessing import prepare_batch
 from tfdet.data.transforms import decode_bgr
 from tfdet.ops.masks import paste_masks
+from tfdet.preprocessing import padding_stride
 
 
 class DetectionServingModule(tf.Module):
@@ -41,7 +42,7 @@ class DetectionServingModule(tf.Module):
         self._pixel_means = np.asarray(cfg.PIXEL_MEANS, np.float64).reshape(3).tolist()
         self._target_size = int(cfg.TEST.SCALE)
         self._max_size = int(cfg.TEST.MAX_SIZE)
-        self._stride = int(cfg.FPN.COARSEST_STRIDE) if cfg.FPN.FPN_ON else 0
+        self._stride = padding_stride(cfg)
         self._mask_threshold = float(cfg.MRCNN.THRESH_BINARIZE)
         self._detections_per_image = int(cfg.TEST.DETECTIONS_PER_IM)
         # One traced model call shared by both signatures (traced once, stored once), without AutoGraph: the

@@ -46,6 +46,7 @@ LIMIT_SAMPLES = {
     "TEST.BBOX_VOTE.SCORING_METHOD": ("MEDIAN", ()),
     "TEST.BBOX_VOTE.ENABLED": (True, ()),
     "MODEL.TYPE": ("rfcn", ()),
+    "TFDET.SIZE_DIVISIBILITY": (32, ()),
     "MODEL.MASK_ON": (True, ()),
     "MODEL.KEYPOINTS_ON": (True, ()),
     "MODEL.CONV_BODY": ("VGG16.add_VGG16_conv5_body", ()),

@@ -77,7 +77,6 @@ FORK_YAMLS = {
     ),
 }  # fmt: skip
 FILE_KEYS = 25  # keys each of the four files sets
-ACCEPT_PADDING = ["DATALOADER.SIZE_DIVISIBILITY", "0"]  # Detectron's C4 padding instead of multiples of 32
 
 # Our keys as the fork's defaults.py and code give them for these files (R-50-C4, its res5 box head).
 EXPECTED = {
@@ -133,7 +132,7 @@ def value(cfg, key):
 @pytest.mark.parametrize("name", FORK_YAMLS)
 def test_the_forks_yamls_translate_key_by_key(tmp_path, name):
     path = write_yaml(tmp_path, name)
-    cfg, report = quiet_load(path, ACCEPT_PADDING)
+    cfg, report = quiet_load(path)
     source, target, test = (value(cfg, key)[0] for key in ("TRAIN.DATASETS", "TRAIN.TARGET_DATASETS", "TEST.DATASETS"))
     assert f'SOURCE_TRAIN: ("{source}",)' in FORK_YAMLS[name] and f'TARGET_TRAIN: ("{target}",)' in FORK_YAMLS[name]
     assert f'TEST: ("{test}",)' in FORK_YAMLS[name] and cfg.TEST.FORCE_JSON_DATASET_EVAL  # the fork's COCO evaluation
@@ -144,19 +143,11 @@ def test_the_forks_yamls_translate_key_by_key(tmp_path, name):
     assert lines[0].startswith(f"{path}: a maskrcnn-benchmark")
     assert lines[-1].startswith(f"  and {len(FORK_DEFAULTS) - FILE_KEYS} keys at the fork's defaults")
     keys = [line.split(" = ")[0].strip() for line in lines[1:-1]]
-    assert len(keys) == len(set(keys)) == FILE_KEYS  # one line per key of the file (the override replaced one)
-    assert "  DATALOADER.SIZE_DIVISIBILITY = 0 -> no key (no padding beyond the batch's largest image" in report
+    assert len(keys) == len(set(keys)) == FILE_KEYS  # one line per key of the file
+    assert "  DATALOADER.SIZE_DIVISIBILITY = 32 -> TFDET.SIZE_DIVISIBILITY 32 (inputs padded to its multiples" in report
+    assert cfg.TFDET.SIZE_DIVISIBILITY == 32
     assert "  DATASETS.TRAIN = " in report and "ignored: read only with MODEL.DOMAIN_ADAPTATION_ON False" in report
     assert "SOLVER.IMS_PER_BATCH = 2 -> TRAIN.IMS_PER_BATCH 2 (the fork's is the global batch" in report
-
-
-@pytest.mark.parametrize("name", FORK_YAMLS)
-def test_c4_padding_to_32_is_refused_in_one_line(tmp_path, name):
-    with pytest.raises(ConfigError) as error:
-        load_config(write_yaml(tmp_path, name))
-    lines = str(error.value).splitlines()
-    assert len(lines) == 2 and lines[1].startswith("DATALOADER.SIZE_DIVISIBILITY = 32: tfdet pads C4 inputs")
-    assert "override DATALOADER.SIZE_DIVISIBILITY 0" in lines[1]
 
 
 def test_unknown_and_untranslatable_keys_are_refused_one_line_each(tmp_path):
@@ -165,7 +156,7 @@ def test_unknown_and_untranslatable_keys_are_refused_one_line_each(tmp_path):
     text += "TRAIN:\n  SCALES: (800,)\n"
     path = write_yaml(tmp_path, "broken.yaml", text)
     with pytest.raises(ConfigError) as error:
-        load_config(path, [*ACCEPT_PADDING, "MODEL.RPN.MIN_SIZE", "2", "MODEL.BACKBONE.CONV_BODY", "R-50-C5"])
+        load_config(path, ["MODEL.RPN.MIN_SIZE", "2", "MODEL.BACKBONE.CONV_BODY", "R-50-C5"])
     lines = str(error.value).splitlines()[1:]
     assert lines[0].startswith("SOLVER.BASE_LRR = 0.001: not a key of the fork's config; did you mean 'SOLVER.BASE_LR'")
     assert lines[1].startswith("TRAIN.SCALES = '(800,)': not a key of the fork's config")
@@ -275,7 +266,7 @@ SCHEDULE_OVERRIDES = [
 @pytest.mark.parametrize("method", ["linear", "constant"])
 def test_lr_schedule_is_the_forks(tmp_path, domain_adaptation, method):
     path = write_yaml(tmp_path, "e2e_da_faster_rcnn_R_50_C4_sim10k.yaml")
-    overrides = [*ACCEPT_PADDING, *SCHEDULE_OVERRIDES, "SOLVER.WARMUP_METHOD", method,
+    overrides = [*SCHEDULE_OVERRIDES, "SOLVER.WARMUP_METHOD", method,
                  "MODEL.DOMAIN_ADAPTATION_ON", str(domain_adaptation)]  # fmt: skip
     cfg, _ = quiet_load(path, overrides)
     ours = np.array([lr_at_iter(cfg, it) for it in range(16)], np.float64)
@@ -319,7 +310,7 @@ def test_sgd_updates_are_the_forks(tmp_path, domain_adaptation, rng):
     translated config vs torch's SGD; with Detectron's own threshold (10 %) they part."""
     path = write_yaml(tmp_path, "e2e_da_faster_rcnn_R_50_C4_sim10k.yaml")
     schedule = ["SOLVER.WARMUP_ITERS", "20", "SOLVER.STEPS", "(22,)", "SOLVER.MAX_ITER", "24", "SOLVER.GAMMA", "0.5"]
-    overrides = [*ACCEPT_PADDING, *schedule, "MODEL.DOMAIN_ADAPTATION_ON", str(domain_adaptation)]
+    overrides = [*schedule, "MODEL.DOMAIN_ADAPTATION_ON", str(domain_adaptation)]
     start = [rng.normal(size=(3, 2)).astype(np.float32), rng.normal(size=(2,)).astype(np.float32)]
     grads = [[rng.normal(size=p.shape).astype(np.float32) for p in start] for _ in range(24)]
     lrs = fork_lrs(24, domain_adaptation, base_lr=0.001, milestones=[22], gamma=0.5, warmup_factor=1 / 3,
@@ -337,7 +328,7 @@ def test_sgd_updates_are_the_forks(tmp_path, domain_adaptation, rng):
 
 # A small R-50-C4 for one CPU step: 8-channel bottlenecks, 64-pixel images, few RoIs; from scratch.
 TINY = [
-    *ACCEPT_PADDING, "SOLVER.MAX_ITER", "1", "MODEL.WEIGHT", "", "INPUT.MIN_SIZE_TRAIN", "(48,)",
+    "SOLVER.MAX_ITER", "1", "MODEL.WEIGHT", "", "INPUT.MIN_SIZE_TRAIN", "(48,)",
     "INPUT.MAX_SIZE_TRAIN", "64", "MODEL.RESNETS.WIDTH_PER_GROUP", "8", "MODEL.RPN.PRE_NMS_TOP_N_TRAIN", "100",
     "MODEL.RPN.POST_NMS_TOP_N_TRAIN", "50", "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", "16",
     "MODEL.RPN.BATCH_SIZE_PER_IMAGE", "32", "TFDET.ALLOW_AFFINE_FROM_SCRATCH", "True",
@@ -368,7 +359,7 @@ def test_every_dataset_named_resolves_and_the_run_is_accepted(tmp_path, data_roo
     from tfdet.train import check_uses
 
     monkeypatch.setenv("TFDET_DATA_DIR", str(data_root))
-    cfg, _ = quiet_load(write_yaml(tmp_path, name), [*ACCEPT_PADDING, "MODEL.WEIGHT", "R-50.pkl"])
+    cfg, _ = quiet_load(write_yaml(tmp_path, name), ["MODEL.WEIGHT", "R-50.pkl"])
     check_uses(cfg, test=True)  # training, inference and the COCO evaluation of TEST.DATASETS
     for dataset in (*cfg.TRAIN.DATASETS, *cfg.TRAIN.TARGET_DATASETS, *cfg.TEST.DATASETS):
         spec = get_dataset(dataset)

@@ -5,7 +5,7 @@ purpose (the inference model has no domain classifier; detections do not depend 
 
 import numpy as np
 from porting_fixtures import scratch_path  # noqa: F401 (fixture)
-from test_fork_config import ACCEPT_PADDING, quiet_load, write_yaml
+from test_fork_config import quiet_load, write_yaml
 from test_maskrcnn_benchmark_port import assert_model_holds, benchmark_state, random_blobs, torch_writer
 
 from porting.__main__ import main as porting_main
@@ -14,7 +14,7 @@ from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
 
 YAML = "e2e_da_faster_rcnn_R_50_C4_cityscapes_to_foggy_cityscapes.yaml"
-NARROW = [*ACCEPT_PADDING, "MODEL.RESNETS.WIDTH_PER_GROUP", "8"]  # 8-channel bottlenecks: a small file
+NARROW = ["MODEL.RESNETS.WIDTH_PER_GROUP", "8"]  # 8-channel bottlenecks: a small file
 DA_REASON = "DA fork's domain classifier (its outputs feed only the DA losses: detections do not depend on it)"
 
 

@@ -36,3 +36,44 @@ def test_batch_pads_bottom_right_to_stride():
     assert np.all(blob[0, :50, :70] == 1) and np.all(blob[0, 50:] == 0) and np.all(blob[0, :, 70:] == 0)
     assert np.all(blob[1, :, :33] == 2) and np.all(blob[1, :, 33:] == 0)
     assert batch_images([a], 0).shape == (1, 50, 70, 3)
+
+
+def test_size_divisibility_pads_every_input_path(tmp_path):
+    """TFDET.SIZE_DIVISIBILITY (maskrcnn-benchmark's DATALOADER.SIZE_DIVISIBILITY, for a C4 model): the
+    Predictor's blob, the training batches and the serving graph's are padded to its multiples; 0 keeps
+    Detectron's rule (the batch's largest image for C4, FPN.COARSEST_STRIDE for FPN); refused with FPN."""
+    import tensorflow as tf
+
+    from savedmodel.preprocessing import prepare_batch
+    from tfdet.config import ConfigError, check_supported, load_config
+    from tfdet.data.pipeline import build_train_dataset
+    from tfdet.preprocessing import model_inputs, padding_stride
+    from conftest import shared_path
+    from training_fixtures import shapes_roidb
+
+    zoo = shared_path("detectron", "configs", "12_2017_baselines")
+    small = ["TRAIN.SCALES", "(100,)", "TRAIN.MAX_SIZE", "150"]
+    detectron = load_config(zoo / "e2e_faster_rcnn_R-50-C4_1x.yaml", small)
+    padded = load_config(zoo / "e2e_faster_rcnn_R-50-C4_1x.yaml", [*small, "TFDET.SIZE_DIVISIBILITY", "32"])
+    assert (padding_stride(detectron), padding_stride(padded)) == (0, 32)
+    assert padding_stride(load_config(None, ["FPN.FPN_ON", "True"])) == 32  # FPN.COARSEST_STRIDE's default
+
+    image = np.zeros((70, 90, 3), np.uint8)
+    assert model_inputs([image], detectron, 100, 150)["images"].shape[1:3] == (100, 129)  # 90 * 100 / 70 = 128.6
+    assert model_inputs([image], padded, 100, 150)["images"].shape[1:3] == (128, 160)
+
+    roidb = shapes_roidb(tmp_path, num_images=2)  # 128 x 128 images at scale 100 / 128: 100 x 100
+    for cfg, side in ((detectron, 100), (padded, 128)):
+        batch = next(iter(build_train_dataset(cfg, roidb, flip=False)))
+        assert batch["images"].shape[1:3] == (side, side)
+
+    def image_at(_):
+        return tf.zeros((70, 90, 3), tf.uint8)
+
+    images, _, _ = prepare_batch(1, image_at, (102.98, 115.95, 122.77), 100, 150, padding_stride(padded))
+    assert images.shape[1:3] == (128, 160)
+
+    check_supported(padded, "inference")
+    with pytest.raises(ConfigError, match="TFDET.SIZE_DIVISIBILITY = 32"):
+        fpn = load_config(zoo / "e2e_faster_rcnn_R-50-FPN_1x.yaml", ["TFDET.SIZE_DIVISIBILITY", "32"])
+        check_supported(fpn, "inference")

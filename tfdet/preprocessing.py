@@ -51,12 +51,19 @@ def batch_images(images, stride=0):
     return blob
 
 
+def padding_stride(cfg):
+    """What input images are padded to a multiple of (0: none beyond the batch's largest image):
+    TFDET.SIZE_DIVISIBILITY when set, else Detectron's im_list_to_blob rule (FPN.COARSEST_STRIDE for FPN)."""
+    if cfg.TFDET.SIZE_DIVISIBILITY > 0:
+        return int(cfg.TFDET.SIZE_DIVISIBILITY)
+    return int(cfg.FPN.COARSEST_STRIDE) if cfg.FPN.FPN_ON else 0
+
+
 def model_inputs(images, cfg, target_size, max_size):
     """The inference model's inputs for a list of BGR images resized to (target_size, max_size): the
-    mean-subtracted images padded into one blob (to FPN.COARSEST_STRIDE for FPN models), and image_info
-    rows (input height, input width, scale)."""
+    mean-subtracted images padded into one blob (to `padding_stride`), and image_info rows (input
+    height, input width, scale)."""
     prepared = [prepare_image(im, cfg.PIXEL_MEANS, target_size, max_size) for im in images]
-    stride = cfg.FPN.COARSEST_STRIDE if cfg.FPN.FPN_ON else 0
-    blob = batch_images([p[0] for p in prepared], stride)
+    blob = batch_images([p[0] for p in prepared], padding_stride(cfg))
     info = np.array([[im.shape[0], im.shape[1], scale] for im, (_, scale) in zip(images, prepared)], np.float32)
     return {"images": blob, "image_info": info}

@@ -268,6 +268,7 @@ DEFAULTS = (
     ("TFDET.ROI_ALIGN_ALIGNED", False, "detectron2's half-pixel RoIAlignV2, not Detectron's RoIAlign (False for Detectron weights)."),
     ("TFDET.DEVICE_MAP", {}, "Model parallelism: {part: device}, e.g. {res5: /GPU:1, mask_head: /GPU:1} (tfdet.modeling.device_map)."),
     ("TFDET.MIXED_PRECISION", "", "'' or false: float32; mixed_float16, mixed_bfloat16; true: the device's own (tfdet.modeling.mixed_precision)."),
+    ("TFDET.SIZE_DIVISIBILITY", 0, "Pad input images to multiples of this (maskrcnn-benchmark's DATALOADER.SIZE_DIVISIBILITY); 0 (or less): Detectron's rule, FPN.COARSEST_STRIDE for FPN models, the batch's largest image otherwise."),
     ("TFDET.ALLOW_AFFINE_FROM_SCRATCH", False, "Train AffineChannel (frozen-BN) ResNet blocks from random weights; refused by default: the losses reach NaN (single-step tests set it)."),
 )
 

@@ -166,18 +166,15 @@ def _test_datasets(value, fork):
 
 
 def _size_divisibility(value, fork):
-    """DATALOADER.SIZE_DIVISIBILITY: Detectron pads FPN inputs to 32 and C4 inputs to no multiple."""
+    """DATALOADER.SIZE_DIVISIBILITY: FPN.COARSEST_STRIDE for FPN bodies (Detectron pads them to 32); for C4
+    bodies TFDET.SIZE_DIVISIBILITY (Detectron pads C4 inputs only to the batch's largest image)."""
     if fork.fpn:
         if value == 32:
             return mapped({"FPN.COARSEST_STRIDE": 32}, "Detectron pads FPN inputs to a multiple of 32")
         return refused("Detectron pads FPN inputs to a multiple of FPN.COARSEST_STRIDE 32: set it to 32")
-    if value == 0:
+    if value <= 0:
         return mapped(None, "no padding beyond the batch's largest image, as Detectron's C4 models")
-    return refused(
-        f"tfdet pads C4 inputs as Detectron does (to the batch's largest image), not to a multiple of {value}: the "
-        "features near the bottom and right borders would differ; override DATALOADER.SIZE_DIVISIBILITY 0 to accept "
-        "Detectron's padding"
-    )
+    return mapped({"TFDET.SIZE_DIVISIBILITY": value}, "inputs padded to its multiples, in training and at test time")
 
 
 def _conv_body(value, fork):

@@ -610,6 +610,16 @@ SUPPORT = {
     "TFDET.MIXED_PRECISION": Implemented(
         "tests/test_mixed_precision.py::test_bfloat16_detections_agree_with_float32_within_the_stated_tolerance"
     ),
+    "TFDET.SIZE_DIVISIBILITY": Implemented(
+        "tests/test_preprocessing.py::test_size_divisibility_pads_every_input_path",
+        (
+            Limit(
+                lambda value, _: value <= 0,
+                "FPN models pad their inputs to FPN.COARSEST_STRIDE (Detectron's im_list_to_blob)",
+                "leave it 0 and set FPN.COARSEST_STRIDE", MODEL_USES, (When("FPN.FPN_ON", True),),
+            ),
+        ),
+    ),  # fmt: skip
     "TFDET.ALLOW_AFFINE_FROM_SCRATCH": Implemented(
         "tests/test_train_refusal.py::test_affine_body_trains_with_initial_weights_or_opt_out"
     ),

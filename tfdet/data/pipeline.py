@@ -13,7 +13,7 @@ pure TensorFlow ops, so that parallel map calls never take the GIL:
   the same expected data, but here one epoch is one pass over the images); the image prepared as
   `tfdet.preprocessing.prepare_image` does at test time (see `transforms`).
 - Batches of TRAIN.IMS_PER_BATCH images, zero-padded bottom-right to the batch's largest size,
-  rounded up to FPN.COARSEST_STRIDE when FPN.FPN_ON (`im_list_to_blob`).
+  rounded up to FPN.COARSEST_STRIDE when FPN.FPN_ON (`im_list_to_blob`), or to TFDET.SIZE_DIVISIBILITY.
 Every random choice is a stateless function of (RNG_SEED, epoch, image), so a run resumed with
 `start_step` sees exactly the batches the interrupted run would have seen next; an iterator of
 this dataset can also be saved with `tf.train.Checkpoint(iterator=...)`.
@@ -50,6 +50,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdet.data import transforms
+from tfdet.preprocessing import padding_stride
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ class _ImageLoader:
         self.use_flipped = bool(cfg.TRAIN.USE_FLIPPED)
         self.with_masks = bool(cfg.MODEL.MASK_ON)
         self.with_keypoints = bool(cfg.MODEL.KEYPOINTS_ON)
-        self.stride = int(cfg.FPN.COARSEST_STRIDE) if cfg.FPN.FPN_ON else 0
+        self.stride = padding_stride(cfg)
         self.flip_pairs = roidb.keypoint_flip_pairs
 
         counts = np.array([min(len(r.classes), num_slots) for r in records], np.int64)

@@ -30,6 +30,7 @@ import tensorflow as tf
 
 from tfdet.console import add_verbose_flag
 from tfdet.modeling.device_map import PARTS, layer_part, leaf_layers
+from tfdet.preprocessing import padding_stride
 
 DEFAULT_DEVICE = "(default)"
 _GRADIENT_SCOPES = frozenset({"gradients", "gradient_tape"})
@@ -97,7 +98,7 @@ def by_device(placements):
 def zeros_batch(cfg, model):
     """A batch of zeros shaped like one replica's training batch (TRAIN.IMS_PER_BATCH images of the largest
     TRAIN.SCALES padded to FPN.COARSEST_STRIDE, one ground-truth slot): enough to trace a step."""
-    stride = cfg.FPN.COARSEST_STRIDE if cfg.FPN.FPN_ON else 1
+    stride = padding_stride(cfg) or 1
     side = math.ceil(max(cfg.TRAIN.SCALES) / stride) * stride
     sizes = {"images": (side, side, 3), "gt_masks": (1, side, side)}
     batch = {}
