@@ -1,18 +1,18 @@
 """SavedModel export for TF Serving: layout, signatures, stock ops only, and detections equal to the
 Predictor's when the model is loaded in a fresh process that never imports tfdet.
 
-By default the model is the tiny shapes Mask + Keypoint R-CNN trained for a few tens of iterations
-(`savedmodel_fixtures.TinyTraining`, a child process shared with test_savedmodel_client), exported by
-`python -m savedmodel.export` from a Detectron .pkl written from its trained weights, over an existing
-version (refused, then --overwrite); test_savedmodel_client exports it from the trainer's .weights.h5.
+By default the model is the tiny shapes Mask + Keypoint R-CNN with seeded weights and a spread classifier
+(`savedmodel_fixtures.TinyModel`, shared with test_savedmodel_client), exported by `python -m
+savedmodel.export` from a Detectron .pkl written from those weights, over an existing version (refused,
+then --overwrite); test_savedmodel_client exports it from its config.yaml and .weights.h5.
 A narrow RetinaNet with seeded, calibrated weights is exported (from a .pkl) and served beside it.
 One fresh interpreter makes every request, of each model: a batch of shapes val images of three sizes (JPEG and PNG)
 with a PNG of the pixel means, a request holding an undecodable image, and the request after it;
 `saved_model_cli` shows and runs the model; the Predictor's answers are computed meanwhile.
 Under `-m slow`, Mask R-CNN R-50-FPN (from a .pkl) and Keypoint R-CNN R-50-FPN (from a .weights.h5)
 with Detectron's random initialisation get the same serving checks on the demo photos, where the
-PNG of the pixel means has no detection at all (the briefly trained tiny model scores it about as
-it scores the shapes images, so only the R-50 models serve an image without detections).
+PNG of the pixel means has no detection at all (the tiny model scores it about as it scores the
+shapes images, so only the R-50 models serve an image without detections).
 """
 
 import json
@@ -37,7 +37,7 @@ from savedmodel import serving_config
 from savedmodel.export import ExportError, export_saved_model, replace_version
 from savedmodel.export import main as export_main
 from savedmodel.outputs import detections_per_image
-from savedmodel_fixtures import TINY_TEST, TinyTraining, assert_same_detections, shapes_val_images
+from savedmodel_fixtures import TINY_TEST, TinyModel, assert_same_detections, shapes_val_images
 from training_fixtures import TINY_CONFIG
 from tfdet.config import load_config
 from tfdet.inference import Predictor
@@ -53,8 +53,7 @@ MODELS = {
 TINY = "shapes_tiny"
 # The tiny model's serving settings: each of 50 proposals gives at most one detection per class (3), fewer
 # than TEST.DETECTIONS_PER_IM in all, so that every image's outputs are padded (with the config's 20 slots,
-# the model fills them all on shapes and blank images alike). Measured on five 80-iteration trainings (this
-# recipe and variants): 10-59 detections per image; fewer proposals leave some images with none above 0.05.
+# the model fills them all on shapes and blank images alike). Measured: 65-116 detections per image.
 TINY_SERVING = ("TEST.RPN_POST_NMS_TOP_N", "50", "TEST.DETECTIONS_PER_IM", "160")
 BACKGROUND_BIAS = 2.0
 RETINANET = "retinanet_tiny"
@@ -143,11 +142,9 @@ def quiet_export(args):
 
 
 @pytest.fixture(scope="module")
-def training(tmp_path_factory):
-    """The tiny model's training (or, after test_savedmodel_client, the model it trained)."""
-    run = TinyTraining(tmp_path_factory)
-    yield run
-    run.stop()
+def tiny(tmp_path_factory):
+    """The tiny model's config.yaml and weights (`savedmodel_fixtures.TinyModel`)."""
+    return TinyModel(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -208,11 +205,11 @@ def write_pkl(predictor, path):
 
 
 @pytest.fixture(scope="module")
-def tiny_model(training, tmp_path_factory):
-    """(Predictor, version directory) of the trained tiny model, exported by the CLI from the trainer's
-    config.yaml and a Detectron .pkl of its weights, over an existing version (--overwrite)."""
-    config, weights = training.wait()
-    predictor = Predictor(training.test_config(*TINY_SERVING), weights)
+def tiny_model(tiny, tmp_path_factory):
+    """(Predictor, version directory) of the tiny model, exported by the CLI from its config.yaml and a
+    Detectron .pkl of its weights, over an existing version (--overwrite)."""
+    config, weights = tiny.config, tiny.weights
+    predictor = Predictor(tiny.test_config(*TINY_SERVING), weights)
     pkl = tmp_path_factory.mktemp("weights") / "model_final.pkl"
     write_pkl(predictor, pkl)
     out = tmp_path_factory.mktemp("serving") / TINY / "1"
@@ -337,7 +334,7 @@ def test_retinanet_is_served_like_the_predictor(retinanet_model, images, expecte
 def check_batch(raw, wants, requests, cfg, images, blank_is_empty=False):
     """The served batch: the Predictor's detections per image, and tensors padded as documented.
     Every image but the PNG of the pixel means needs detections to compare; that one has none when
-    `blank_is_empty` (the R-50 models), while the briefly trained tiny model finds a few there."""
+    `blank_is_empty` (the R-50 models), while the tiny model finds some there."""
     for key, got, want in zip(requests["batch"], detections_per_image(raw), wants):
         if key != "blank":
             assert len(want["scores"]) >= 3, "the comparison needs detections to compare"
@@ -388,14 +385,14 @@ def check_undecodable(report, outputs, name, cfg, wants):
     check_padded_outputs(after, cfg, [(240, 320)])
 
 
-def test_layout_and_existing_version_refused(training, tiny_model, tmp_path, capsys):
+def test_layout_and_existing_version_refused(tiny, tiny_model, tmp_path, capsys):
     predictor, out = tiny_model
     assert (out / "saved_model.pb").is_file() and (out / "variables" / "variables.index").is_file()
     assert sorted(p.name for p in out.parent.iterdir()) == ["1"]  # no staging folder left behind
     (tmp_path / "probe").mkdir()  # a version is as readable as any new folder (a server may run as another user)
     assert out.stat().st_mode & 0o777 == (tmp_path / "probe").stat().st_mode & 0o777
     before = (out / "saved_model.pb").stat().st_mtime_ns
-    args = ["--cfg", str(training.config), "--weights", "unused.weights.h5", "--out", str(out)]
+    args = ["--cfg", str(tiny.config), "--weights", "unused.weights.h5", "--out", str(out)]
     assert export_main(args) == 1
     assert "already exists; pass --overwrite" in capsys.readouterr().err
     assert (out / "saved_model.pb").stat().st_mtime_ns == before

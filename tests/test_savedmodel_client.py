@@ -1,8 +1,8 @@
 """The TF Serving clients: request bodies in TF Serving's documented formats, and round trips
 through local REST and gRPC servers that serve the exported SavedModel (`tf.saved_model.load`) as
-TF Serving's APIs specify. The model is the tiny shapes model trained briefly
-(`savedmodel_fixtures.TinyTraining`, shared with test_savedmodel.py within a session), exported
-from the trainer's .weights.h5 (test_savedmodel.py exports it from a Detectron .pkl) with
+TF Serving's APIs specify. The model is the tiny shapes model with seeded weights
+(`savedmodel_fixtures.TinyModel`, shared with test_savedmodel.py within a test process), exported
+from its .weights.h5 (test_savedmodel.py exports it from a Detectron .pkl) with
 `--mask-format roi`, so the client pastes the masks; results must equal the Predictor's."""
 
 import base64
@@ -30,7 +30,7 @@ from savedmodel.client import (
 )
 from savedmodel.export import main as export_main
 from savedmodel.outputs import detections_per_image
-from savedmodel_fixtures import TINY_TEST, TinyTraining, assert_same_detections, shapes_val_images
+from savedmodel_fixtures import TINY_TEST, TinyModel, assert_same_detections, shapes_val_images
 from tfdet.graph_options import cpu_graph_options
 from tfdet.inference import Predictor
 
@@ -55,16 +55,13 @@ def decoded(encoded):
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    """(Predictor, loaded SavedModel) of the trained tiny model exported with RoI masks."""
-    training = TinyTraining(tmp_path_factory)
-    try:
-        config, weights = training.wait()
-    finally:
-        training.stop()
+    """(Predictor, loaded SavedModel) of the tiny model exported with RoI masks."""
+    tiny = TinyModel(tmp_path_factory)
+    config, weights = tiny.config, tiny.weights
     out = tmp_path_factory.mktemp("serving") / MODEL_NAME / "1"
     args = ["--cfg", str(config), "--weights", str(weights), "--out", str(out), "--mask-format", "roi"]
     assert export_main(args + list(TINY_TEST)) == 0
-    return Predictor(training.test_config(), weights), tf.saved_model.load(str(out))
+    return Predictor(tiny.test_config(), weights), tf.saved_model.load(str(out))
 
 
 def run_signature(signature, **inputs):
