@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import cv2
 import numpy as np
 import pycocotools.mask as mask_util
 import pytest
@@ -176,3 +177,57 @@ def test_catalog_unknown_name_suggests_closest():
     with pytest.raises(KeyError, match="did you mean coco_2014_minival"):
         catalog.get_dataset("coco_2014_minval")
     assert {"coco_2017_val", "keypoints_coco_2017_train", "shapes_train", "shapes_val"} <= set(catalog.dataset_names())
+
+
+# ---- the "foggy" target domain ---------------------------------------------------------------------------------
+
+
+def test_foggy_split_is_deterministic_by_seed(tmp_path):
+    paths = [shapes.generate(tmp_path / name, 3, seed=seed, image_size=96, split_name="t", style="foggy")
+             for name, seed in (("a", 5), ("b", 5), ("c", 6))]  # fmt: skip
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    for index in range(3):
+        name = f"t/t_{index:06d}.jpg"
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+        assert (tmp_path / "a" / name).read_bytes() != (tmp_path / "c" / name).read_bytes()
+    first, _ = shapes.render_image(5, 1, 96, style="foggy")
+    again, _ = shapes.render_image(5, 1, 96, style="foggy")
+    np.testing.assert_array_equal(first, again)
+
+
+def test_foggy_split_has_the_plain_annotations(tmp_path):
+    plain = json.loads(shapes.generate(tmp_path / "p", 6, seed=9, image_size=96, split_name="t").read_text())
+    foggy_path = shapes.generate(tmp_path / "f", 6, seed=9, image_size=96, split_name="t", style="foggy")
+    foggy = json.loads(foggy_path.read_text())
+    assert foggy["annotations"] == plain["annotations"] and foggy["images"] == plain["images"]
+    assert foggy["info"]["style"] == "foggy" and "style" not in plain["info"]
+    assert foggy["info"]["version"] == shapes.GENERATOR_VERSION
+    assert (tmp_path / "f/t/t_000000.jpg").read_bytes() != (tmp_path / "p/t/t_000000.jpg").read_bytes()
+
+
+def _statistics(style, seed=8, count=8, size=128):
+    """Per image: (per-channel std of the low-passed image, mean pixel std inside the eroded shape fills)."""
+    low, fill = [], []
+    for index in range(count):
+        image, annotations = shapes.render_image(seed, index, size, style=style)
+        image = image.astype(np.float32)
+        smooth = cv2.GaussianBlur(image, (0, 0), 3)
+        low.append(smooth.reshape(-1, 3).std(axis=0).mean())
+        for ann in annotations:
+            segmentation = ann["segmentation"]  # a polygon list, or an RLE with str counts
+            if isinstance(segmentation, list):
+                segmentation = mask_util.merge(mask_util.frPyObjects(segmentation, size, size))
+            mask = mask_util.decode(segmentation)
+            inner = cv2.erode(mask.astype(np.uint8), np.ones((7, 7), np.uint8)).astype(bool)
+            if inner.sum() >= 50:
+                fill.append(image[inner].std(axis=0).mean())
+    return np.array(low), np.array(fill)
+
+
+def test_foggy_lowers_contrast_and_adds_grain_to_flat_fills():
+    """The intended shift: large-scale contrast (per channel) falls, flat shape fills get a grain texture."""
+    plain_low, plain_fill = _statistics("plain")
+    foggy_low, foggy_fill = _statistics("foggy")
+    assert foggy_low.mean() < 0.6 * plain_low.mean()  # on average: a flat plain image gains the depth ramp
+    assert len(plain_fill) >= 8 and plain_fill.mean() < 8  # plain fills: a flat colour + N(0, 6^2)
+    assert foggy_fill.mean() > 3 * plain_fill.mean()
