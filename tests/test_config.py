@@ -108,7 +108,7 @@ def test_domain_adaptation_and_tfdet_defaults():
     }
     assert cfg.TRAIN.TARGET_DATASETS == ()
     assert cfg.TFDET.to_dict() == {
-        "STRATEGY": "", "ROI_ALIGN_ALIGNED": False, "DEVICE_MAP": {}, "MIXED_PRECISION": "",
+        "STRATEGY": "", "ROI_ALIGN_ALIGNED": False, "DEVICE_MAP": {}, "MIXED_PRECISION": "", "SIZE_DIVISIBILITY": 0,
         "ALLOW_AFFINE_FROM_SCRATCH": False,
     }  # fmt: skip
 
@@ -432,7 +432,7 @@ def test_attribute_access_and_mapping_behaviour():
     assert cfg.MODEL.NUM_CLASSES == cfg["MODEL"]["NUM_CLASSES"]
     assert list(cfg)[:3] == ["TRAIN", "DATA_LOADER", "TEST"]
     assert "MODEL" in cfg and dict(cfg.TFDET) == {
-        "STRATEGY": "", "ROI_ALIGN_ALIGNED": False, "DEVICE_MAP": {}, "MIXED_PRECISION": "",
+        "STRATEGY": "", "ROI_ALIGN_ALIGNED": False, "DEVICE_MAP": {}, "MIXED_PRECISION": "", "SIZE_DIVISIBILITY": 0,
         "ALLOW_AFFINE_FROM_SCRATCH": False,
     }
     assert not hasattr(cfg.MODEL, "NUM_CLASS")
