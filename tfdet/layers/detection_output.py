@@ -9,6 +9,16 @@ from tfdet.ops.keypoints import heatmaps_to_keypoints
 from tfdet.ops.nms import BoxVoting, SoftNMS, per_class_nms
 
 
+def detections_spec(batch, size):
+    """The KerasTensors of padded detections: boxes (B, D, 4), scores (B, D), classes (B, D), counts (B,)."""
+    return (
+        keras.KerasTensor((batch, size, 4), "float32"),
+        keras.KerasTensor((batch, size), "float32"),
+        keras.KerasTensor((batch, size), "int32"),
+        keras.KerasTensor((batch,), "int32"),
+    )
+
+
 class ScaleBoxes(keras.layers.Layer):
     """Boxes (B, N, 4) in original pixels -> input pixels: times each image's scale (image_info[:, 2]).
 
@@ -125,13 +135,7 @@ class DetectionOutput(ClassBoxes):
         )
 
     def compute_output_spec(self, inputs):
-        batch, size = inputs[0].shape[0], self.detections_per_image
-        return (
-            keras.KerasTensor((batch, size, 4), "float32"),
-            keras.KerasTensor((batch, size), "float32"),
-            keras.KerasTensor((batch, size), "int32"),
-            keras.KerasTensor((batch,), "int32"),
-        )
+        return detections_spec(inputs[0].shape[0], self.detections_per_image)
 
     def get_config(self):
         config = super().get_config()

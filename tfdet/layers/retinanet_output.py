@@ -5,6 +5,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfdet.layers.detection_output import detections_spec
 from tfdet.ops.nms import SoftNMS
 from tfdet.ops.retinanet_detections import retinanet_detections
 
@@ -79,13 +80,7 @@ class RetinaNetDetections(keras.layers.Layer):
         return tf.reshape(groups[..., 1:], tf.concat([shape[:3], [-1]], axis=0))
 
     def compute_output_spec(self, inputs):
-        batch, size = inputs[-1].shape[0], self.detections_per_image
-        return (
-            keras.KerasTensor((batch, size, 4), "float32"),
-            keras.KerasTensor((batch, size), "float32"),
-            keras.KerasTensor((batch, size), "int32"),
-            keras.KerasTensor((batch,), "int32"),
-        )
+        return detections_spec(inputs[-1].shape[0], self.detections_per_image)
 
     def get_config(self):
         config = super().get_config()
