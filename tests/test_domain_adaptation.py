@@ -18,7 +18,9 @@ from tfdet.data.roidb import Roidb
 from tfdet.engine.trainer import load_initial_weights
 from tfdet.layers.domain_classifiers import (
     DomainConsistencyLoss,
+    ImageDomainAccuracy,
     ImageDomainLoss,
+    InstanceDomainAccuracy,
     InstanceDomainLoss,
     SeededDropout,
     image_domain_classifier,
@@ -122,6 +124,24 @@ def test_instance_domain_loss_counts_real_rois_only(rng):
     assert float(got) == pytest.approx(expected, rel=1e-5)
 
 
+def test_image_domain_accuracy_counts_locations_on_their_images_side():
+    # image 0 is source (logit > 0 is right), image 1 target (logit <= 0 is right)
+    level1 = np.array([1.0, -2.0, -0.5, 0.0]).reshape(2, 2, 1, 1)
+    level2 = np.array([3.0, 0.5]).reshape(2, 1, 1, 1)
+    got = ImageDomainAccuracy()([tf.constant(level1, tf.float32), tf.constant(level2, tf.float32),
+                                 tf.constant([True, False])])
+    # right: 1.0 (src), -0.5 and 0.0 (tgt), 3.0 (src); wrong: -2.0 (src), 0.5 (tgt)
+    assert float(got) == pytest.approx(4 / 6)
+
+
+def test_instance_domain_accuracy_counts_real_rois_only():
+    logits = np.array([[2.0], [-1.0], [5.0], [-3.0], [1.0], [-9.0]])
+    labels = np.array([[2, 0, -1], [0, 0, -1]])
+    got = InstanceDomainAccuracy()([tf.constant(logits, tf.float32), tf.constant(labels), tf.constant([True, False])])
+    # real RoIs: 2.0 (src, right), -1.0 (src, wrong), -3.0 (tgt, right), 1.0 (tgt, wrong)
+    assert float(got) == pytest.approx(2 / 4)
+
+
 def test_consistency_loss_compares_each_roi_with_its_own_images_mean(rng):
     levels = [rng.uniform(size=(2, 4, 4, 1)), rng.uniform(size=(2, 2, 2, 1))]
     instance = rng.uniform(size=(2 * 3, 1))
@@ -186,7 +206,9 @@ def test_detection_losses_come_from_the_source_half_only(fpn_model, domain_data)
         detection = tf.add_n([outputs[name] for name in DETECTION_LOSSES])
         domain = tf.add_n([outputs[name] for name in DOMAIN_LOSSES])
     assert set(loss_terms(outputs)) == set(DETECTION_LOSSES + DOMAIN_LOSSES)
+    assert {"da_img_acc", "da_ins_acc"} <= set(outputs)
     values = {name: float(value) for name, value in outputs.items()}
+    assert 0 <= values["da_img_acc"] <= 1 and 0 <= values["da_ins_acc"] <= 1
     # Fresh classifiers (weights ~ N(0, 0.001..0.05)): both domain probabilities start near 1/2.
     assert values["loss_da_image"] == pytest.approx(math.log(2), abs=0.01)
     assert values["loss_da_instance"] == pytest.approx(math.log(2), abs=0.05)
@@ -202,6 +224,34 @@ def test_detection_losses_come_from_the_source_half_only(fpn_model, domain_data)
     plain_outputs = plain(model_inputs(plain, source_only), training=True)
     for name in DETECTION_LOSSES + ("accuracy_cls",):
         assert float(plain_outputs[name]) == pytest.approx(values[name], rel=1e-4, abs=1e-6), name
+
+
+# A mixed-precision DA step against float32 from the same weights: loss terms within 5% (bfloat16 keeps 8 mantissa
+# bits; the tolerance of tests/test_mixed_precision.py's detection step), float32 domain losses and reversal.
+MIXED_LOSS_RTOL = 0.05
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_da_step_follows_float32(policy, fpn_model, domain_data):
+    inputs = model_inputs(fpn_model, first_domain_batch(da_cfg(), domain_data))
+    want = {name: float(value) for name, value in fpn_model(inputs, training=True).items()}
+    mixed = build_model(da_cfg(*ALL_PROPOSALS, "TFDET.MIXED_PRECISION", policy), training=True)
+    assert copy_weights_by_blob_name(fpn_model, mixed) == len(list(model_blobs(mixed)))
+    for name in ("da_img_grl", "da_ins_grl", "da_image_loss", "da_instance_loss", "da_consistency_loss"):
+        assert mixed.get_layer(name).compute_dtype == "float32", name
+    assert mixed.get_layer("da_img_head").get_layer("conv1_da").compute_dtype == policy.split("_")[1]
+    images = tf.Variable(inputs["images"])
+    with tf.GradientTape() as tape:
+        outputs = mixed({**inputs, "images": images.read_value()}, training=True)
+        domain = tf.add_n([outputs[name] for name in DOMAIN_LOSSES])
+    for name in DETECTION_LOSSES + DOMAIN_LOSSES:
+        assert outputs[name].dtype == tf.float32
+        assert float(outputs[name]) == pytest.approx(want[name], rel=MIXED_LOSS_RTOL, abs=1e-4), name
+    heads = [v for name, v, _, _ in model_blobs(mixed) if name in ("conv1_da_w", "fc1_da_w")]
+    gradients = tape.gradient(domain, [images, *heads])
+    for gradient in gradients:
+        assert np.isfinite(gradient.numpy()).all() and np.abs(gradient.numpy()).max() > 0
+    assert keras.config.dtype_policy().name == "float32"
 
 
 def is_domain_layer(layer):
@@ -262,7 +312,7 @@ def test_domain_classifiers_see_every_body_level_and_the_box_head_features(body,
 def test_loss_weights_switch_the_domain_losses_off():
     cfg = da_cfg("MODEL.DA_HEADS.DA_INS_LOSS_WEIGHT", "0", "MODEL.DA_HEADS.DA_CST_LOSS_WEIGHT", "0")
     model = build_model(cfg, training=True)
-    assert {name for name in model.output if name.startswith("loss_da")} == {"loss_da_image"}
+    assert {name for name in model.output if name.startswith(("loss_da", "da_"))} == {"loss_da_image", "da_img_acc"}
     assert "fc1_da_w" not in {name for name, _, _, _ in model_blobs(model)}
 
 

@@ -18,6 +18,9 @@ Losses (`modeling/da_heads/loss.py`, `layers/consistency_loss.py`), domain label
 - `DomainConsistencyLoss`: |mean over an image's locations of the image-level probability - the
   probability of each of its RoIs|, mean over RoIs and levels (the fork asserts two images, one
   per domain; here each RoI is compared with its own image, for any batch).
+The classifiers' accuracies over the same elements (`ImageDomainAccuracy`, `InstanceDomainAccuracy`,
+logit > 0 read as "source") are training metrics: 0.5 is chance, and the gradient reversal should
+hold them near it once the features stop telling the domains apart.
 """
 
 import keras
@@ -187,3 +190,38 @@ class DomainConsistencyLoss(_WeightedLoss):
             total += tf.reduce_sum(tf.where(real, tf.abs(image_mean[:, None] - instance_probs), 0.0))
         count = len(levels) * tf.reduce_sum(tf.cast(real, tf.float32))
         return self.loss_weight * tf.math.divide_no_nan(total, count)
+
+
+def _correct(logits, domains):
+    """1.0 where the logit's side (> 0: source) is the domain label, else 0.0."""
+    return tf.cast(tf.equal(tf.cast(logits > 0, tf.float32), domains), tf.float32)
+
+
+class ImageDomainAccuracy(keras.layers.Layer):
+    """Called as `ImageDomainLoss`: the fraction of locations (all levels) classified to their image's domain."""
+
+    def call(self, inputs):
+        *levels, is_source = inputs
+        correct, count = 0.0, 0.0
+        for logits in levels:
+            logits = tf.cast(logits, tf.float32)
+            correct += tf.reduce_sum(_correct(logits, _domain_labels(is_source, logits)))
+            count += tf.cast(tf.size(logits), tf.float32)
+        return tf.math.divide_no_nan(correct, count)
+
+    def compute_output_spec(self, inputs):
+        return keras.KerasTensor((), "float32")
+
+
+class InstanceDomainAccuracy(keras.layers.Layer):
+    """Called as `InstanceDomainLoss`: the fraction of real sampled RoIs classified to their image's domain."""
+
+    def call(self, inputs):
+        logits, labels, is_source = inputs
+        real = tf.cast(tf.reshape(labels >= 0, [-1]), tf.float32)
+        logits = tf.reshape(tf.cast(logits, tf.float32), [-1])
+        domains = tf.reshape(_domain_labels(is_source, tf.cast(labels, tf.float32)), [-1])
+        return tf.math.divide_no_nan(tf.reduce_sum(real * _correct(logits, domains)), tf.reduce_sum(real))
+
+    def compute_output_spec(self, inputs):
+        return keras.KerasTensor((), "float32")

@@ -17,7 +17,8 @@ krumo's maskrcnn-benchmark fork builds it (`modeling/da_heads/`, `do_da_train`):
   RoIs from the already sampled ones, so its DA RoIs are the detection samples.)
 - Consistency: the same two classifiers on +weight gradient-scaled copies of those features,
   sigmoid, `loss_da_consistency`.
-- A loss is added only when its DA_*_LOSS_WEIGHT is > 0 (the fork's ablation switch).
+- A loss is added only when its DA_*_LOSS_WEIGHT is > 0 (the fork's ablation switch); with the
+  image / instance loss come the metrics `da_img_acc` / `da_ins_acc`, its classifier's accuracy.
 The inference model (`build_model(cfg)`) has none of this: the DA layers live only here.
 """
 
@@ -27,7 +28,9 @@ from tfdet.data.domain_pipeline import SOURCE_FLAG
 from tfdet.layers.domain_classifiers import (
     DomainConsistencyLoss,
     FoldSeeds,
+    ImageDomainAccuracy,
     ImageDomainLoss,
+    InstanceDomainAccuracy,
     InstanceDomainLoss,
     image_domain_classifier,
     instance_domain_classifier,
@@ -83,7 +86,7 @@ def source_roi_labels(inputs, labels):
 
 
 def add_domain_adaptation_losses(cfg, body, box_head, roi_labels, inputs):
-    """{loss name: scalar} of the DA heads (see the module docstring).
+    """{name: scalar} of the DA heads' losses and metrics (see the module docstring).
 
     `roi_labels` (B, R): the labels of the sampled RoIs of every image (-1 padding), whose box-head
     features `box_head.features` (B*R, dim) are, image-major.
@@ -99,6 +102,7 @@ def add_domain_adaptation_losses(cfg, body, box_head, roi_labels, inputs):
         reverse = GradientReversal(heads.DA_IMG_GRL_WEIGHT, name="da_img_grl")
         logits = [image_head(reverse(body.features[level])) for level in levels]
         losses["loss_da_image"] = ImageDomainLoss(heads.DA_IMG_LOSS_WEIGHT, name="da_image_loss")([*logits, is_source])
+        losses["da_img_acc"] = ImageDomainAccuracy(name="da_image_accuracy")([*logits, is_source])
 
     if heads.DA_INS_LOSS_WEIGHT > 0:
         reversed_features = GradientReversal(heads.DA_INS_GRL_WEIGHT, name="da_ins_grl")(box_head.features)
@@ -106,6 +110,7 @@ def add_domain_adaptation_losses(cfg, body, box_head, roi_labels, inputs):
         losses["loss_da_instance"] = InstanceDomainLoss(heads.DA_INS_LOSS_WEIGHT, name="da_instance_loss")(
             [logits, roi_labels, is_source]
         )
+        losses["da_ins_acc"] = InstanceDomainAccuracy(name="da_instance_accuracy")([logits, roi_labels, is_source])
 
     if heads.DA_CST_LOSS_WEIGHT > 0:
         scale = GradientScale(heads.DA_IMG_GRL_WEIGHT, name="da_img_consistency_grl")
