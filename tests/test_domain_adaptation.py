@@ -93,6 +93,17 @@ def test_classifier_heads_shapes_names_and_initialisation():
         assert np.std(blobs[name]) == pytest.approx(std, rel=0.1), name
     assert not any(blobs[name].any() for name in blobs if name.endswith("_b"))
 
+    # TFDET.DA_HEAD_INIT he_normal: Keras' HeNormal, std sqrt(2 / fan_in) after truncating a normal of std
+    # sqrt(2 / fan_in) / 0.8796 at 2 of its stds
+    he = {name: variable.numpy() for name, variable, _, _ in
+          model_blobs(image_domain_classifier(32, "he_normal")) + model_blobs(instance_domain_classifier(64, "he_normal"))}
+    for name, fan_in in (("conv1_da_w", 32), ("conv2_da_w", 512), ("fc1_da_w", 64), ("fc2_da_w", 1024)):
+        assert np.std(he[name]) == pytest.approx(np.sqrt(2 / fan_in), rel=0.15), name
+        assert np.abs(he[name]).max() <= 2 * np.sqrt(2 / fan_in) / 0.8796 + 1e-6, name
+    assert not any(he[name].any() for name in he if name.endswith("_b"))
+    with pytest.raises(ValueError, match="TFDET.DA_HEAD_INIT must be one of fork, he_normal, got 'xavier'"):
+        build_model(da_cfg("TFDET.DA_HEAD_INIT", "xavier"), training=True)
+
 
 def test_seeded_dropout_masks_follow_each_images_seed():
     x = tf.ones([3 * 50, 40])

@@ -620,6 +620,9 @@ SUPPORT = {
             ),
         ),
     ),  # fmt: skip
+    "TFDET.DA_HEAD_INIT": Implemented(
+        "tests/test_domain_adaptation.py::test_classifier_heads_shapes_names_and_initialisation"
+    ),
     "TFDET.ALLOW_AFFINE_FROM_SCRATCH": Implemented(
         "tests/test_train_refusal.py::test_affine_body_trains_with_initial_weights_or_opt_out"
     ),

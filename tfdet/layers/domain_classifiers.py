@@ -5,6 +5,10 @@ The heads of krumo's maskrcnn-benchmark fork (`modeling/da_heads/da_heads.py`):
   feature-map location; both convs drawn from N(0, 0.001^2), zero biases.
 - instance level (`DAInsHead`): fc 1024 -> ReLU -> dropout 0.5 -> fc 1024 -> ReLU -> dropout 0.5
   -> fc 1, one domain logit per RoI; fc1/fc2 N(0, 0.01^2), fc3 N(0, 0.05^2), zero biases.
+`init` "he_normal" (TFDET.DA_HEAD_INIT) draws every weight of both heads from Keras' HeNormal instead
+(truncated normal, std sqrt(2 / fan_in)): the fork's tiny stds suit its ImageNet-pretrained 1024-channel
+res4 over 70k iterations; on a narrow network trained from scratch they leave the image-level
+classifier at chance for hundreds of iterations (measured: docs/design.md, domain adaptation).
 Both are nested Keras models of Detectron-named layers (`conv1_da`, `fc1_da`, ...), so they can be
 called on several inputs with shared weights and `model_blobs` lists their variables.
 
@@ -37,20 +41,27 @@ INSTANCE_HIDDEN_INIT_STD = 0.01
 INSTANCE_OUTPUT_INIT_STD = 0.05
 
 
-def _normal(std):
-    return keras.initializers.RandomNormal(stddev=std)
+HEAD_INITS = ("fork", "he_normal")
 
 
-def image_domain_classifier(dim_in, name="da_img_head"):
+def _initializer(init, fork_std):
+    """The weight initializer of a DA head layer: the fork's N(0, fork_std^2), or Keras' HeNormal."""
+    if init not in HEAD_INITS:
+        raise ValueError(f"TFDET.DA_HEAD_INIT must be one of {', '.join(HEAD_INITS)}, got {init!r}")
+    return keras.initializers.RandomNormal(stddev=fork_std) if init == "fork" else keras.initializers.HeNormal()
+
+
+def image_domain_classifier(dim_in, init="fork", name="da_img_head"):
     """The image-level domain classifier: (B, H, W, dim_in) features -> (B, H, W, 1) domain logits."""
     features = keras.Input((None, None, dim_in), name=f"{name}_features")
-    hidden = CaffeConv2D(IMAGE_HEAD_DIM, 1, kernel_initializer=_normal(IMAGE_HEAD_INIT_STD), name="conv1_da")(features)
+    initializer = _initializer(init, IMAGE_HEAD_INIT_STD)
+    hidden = CaffeConv2D(IMAGE_HEAD_DIM, 1, kernel_initializer=initializer, name="conv1_da")(features)
     hidden = keras.layers.ReLU(name="conv1_da_relu")(hidden)
-    logits = CaffeConv2D(1, 1, kernel_initializer=_normal(IMAGE_HEAD_INIT_STD), name="conv2_da")(hidden)
+    logits = CaffeConv2D(1, 1, kernel_initializer=_initializer(init, IMAGE_HEAD_INIT_STD), name="conv2_da")(hidden)
     return keras.Model(features, logits, name=name)
 
 
-def instance_domain_classifier(dim_in, name="da_ins_head"):
+def instance_domain_classifier(dim_in, init="fork", name="da_ins_head"):
     """The instance-level domain classifier: [(B*R, dim_in) RoI features, (B, 2) image seeds] -> (B*R, 1) logits.
 
     The RoIs are image-major, R per image (`FlattenRoIs`); the seeds drive the dropout masks.
@@ -59,11 +70,11 @@ def instance_domain_classifier(dim_in, name="da_ins_head"):
     seeds = keras.Input((2,), dtype="int64", name=f"{name}_seeds")
     x = features
     for stream, layer_name in enumerate(("fc1_da", "fc2_da")):
-        initializer = _normal(INSTANCE_HIDDEN_INIT_STD)
+        initializer = _initializer(init, INSTANCE_HIDDEN_INIT_STD)
         x = keras.layers.Dense(INSTANCE_HEAD_DIM, kernel_initializer=initializer, name=layer_name)(x)
         x = keras.layers.ReLU(name=f"{layer_name}_relu")(x)
         x = SeededDropout(INSTANCE_DROPOUT_RATE, stream=stream, name=f"{layer_name}_dropout")([x, seeds])
-    logits = keras.layers.Dense(1, kernel_initializer=_normal(INSTANCE_OUTPUT_INIT_STD), name="fc3_da")(x)
+    logits = keras.layers.Dense(1, kernel_initializer=_initializer(init, INSTANCE_OUTPUT_INIT_STD), name="fc3_da")(x)
     return keras.Model([features, seeds], logits, name=name)
 
 

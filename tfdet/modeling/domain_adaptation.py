@@ -26,6 +26,7 @@ import keras
 
 from tfdet.data.domain_pipeline import SOURCE_FLAG
 from tfdet.layers.domain_classifiers import (
+    HEAD_INITS,
     DomainConsistencyLoss,
     FoldSeeds,
     ImageDomainAccuracy,
@@ -68,6 +69,8 @@ def check_domain_adaptation(cfg):
             f"MODEL.DOMAIN_ADAPTATION_ON splits TRAIN.IMS_PER_BATCH into source and target halves: it must be even, "
             f"got {cfg.TRAIN.IMS_PER_BATCH}"
         )
+    if cfg.TFDET.DA_HEAD_INIT not in HEAD_INITS:
+        raise ValueError(f"TFDET.DA_HEAD_INIT must be one of {', '.join(HEAD_INITS)}, got {cfg.TFDET.DA_HEAD_INIT!r}")
     heads = model.DA_HEADS
     keys = ("DA_IMG_GRL_WEIGHT", "DA_INS_GRL_WEIGHT", "DA_IMG_LOSS_WEIGHT", "DA_INS_LOSS_WEIGHT", "DA_CST_LOSS_WEIGHT")
     for key in keys:
@@ -94,8 +97,8 @@ def add_domain_adaptation_losses(cfg, body, box_head, roi_labels, inputs):
     heads = cfg.MODEL.DA_HEADS
     is_source, seeds = inputs[SOURCE_FLAG], inputs["seeds"]
     levels = sorted(body.features)
-    image_head = image_domain_classifier(body.dim)
-    instance_head = instance_domain_classifier(box_head.dim)
+    image_head = image_domain_classifier(body.dim, cfg.TFDET.DA_HEAD_INIT)
+    instance_head = instance_domain_classifier(box_head.dim, cfg.TFDET.DA_HEAD_INIT)
     losses = {}
 
     if heads.DA_IMG_LOSS_WEIGHT > 0:
