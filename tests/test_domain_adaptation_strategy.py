@@ -1,12 +1,14 @@
 """One domain-adaptation training step of the tiny DA Faster R-CNN under `default` and `mirrored` (two logical
 CPUs, in a child process) gives the same update on the same global batch, and the mirrored pipeline gives every
-replica a source and a target image."""
+replica a source and a target image; (slow) the same under `multi_worker`, two worker processes."""
 
+import json
 import pathlib
 
 import numpy as np
+import pytest
 import tensorflow as tf
-from child_processes import run_in_children
+from child_processes import free_ports, run_in_children
 from strategy_equivalence import assert_same_step, default_and_mirrored, load_steps
 from training_fixtures import AFFINE_BODY, REPO_ROOT, shapes_images, shapes_roidb, zeroed_rpn_step
 
@@ -75,4 +77,55 @@ def test_one_da_step_mirrored_over_two_cpus_equals_one_device_on_the_global_batc
                "output/loss_da_consistency"}
     updates = assert_same_step(single, mirrored, outputs, PER_WEIGHT_TOLERANCE, ALL_WEIGHTS_TOLERANCE)
     assert {"conv1_da_w", "fc3_da_w"} <= set(updates)
+    assert min(np.abs(updates[blob][0]).max() for blob in ("conv1_da_w", "fc1_da_w", "fc3_da_w")) > 0
+
+
+def multi_worker_child_main(data_dir, out_dir):
+    """Child: one worker of a 2-worker cluster (TF_CONFIG in the environment), or the one-device step when there
+    is no TF_CONFIG: one DA step from the zeroed-RPN start on its share of the 2 + 2 image global batch (worker k:
+    [s_k, t_k]); the record and the domain flags of its batch from the real pipeline go to out_dir/<name>.npz."""
+    import os
+
+    from tfdet.engine.strategy import build_strategy
+    from tfdet.engine.trainer import Trainer
+
+    task = json.loads(os.environ["TF_CONFIG"])["task"]["index"] if "TF_CONFIG" in os.environ else None
+    if task is None:
+        name, split = "default", ("TRAIN.IMS_PER_BATCH", "4")
+    else:
+        name, split = f"worker{task}", ("TFDET.STRATEGY", "multi_worker", "NUM_GPUS", "2", "TRAIN.IMS_PER_BATCH", "2")
+    cfg = da_cfg(*AFFINE_BODY, *ALL_PROPOSALS, *split)
+    strategy = build_strategy(cfg)  # before any other TensorFlow op: collectives are configured at start-up
+    source, target = domain_roidbs(data_dir)
+    batch = next(iter(build_domain_dataset(da_cfg("TRAIN.IMS_PER_BATCH", "4"), source, target, flip=False)))
+    batch = {key: tf.gather(value, REPLICA_ORDER) for key, value in batch.items()}
+    share = batch if task is None else {key: value[2 * task:2 * task + 2] for key, value in batch.items()}
+    trainer = Trainer(cfg, pathlib.Path(out_dir) / name, strategy=strategy, roidb=source, target_roidb=target,
+                      progress=False)
+    pipeline_batch = next(iter(trainer.distributed_dataset(0)))
+    flags = [t.numpy() for t in trainer.strategy.experimental_local_results(pipeline_batch["is_source"])]
+    np.savez(pathlib.Path(out_dir) / f"{name}.npz", **zeroed_rpn_step(trainer, tf.data.Dataset.from_tensors(share)),
+             replica_flags=np.stack(flags))
+
+
+# Slow (three processes tracing the DA step side by side, as the detector's multi-worker test of test_trainer.py).
+@pytest.mark.slow
+def test_one_da_step_on_two_workers_equals_one_device_on_the_global_batch(tmp_path):
+    shapes_images(tmp_path / "data" / "source", num_images=8)
+    shapes.generate(tmp_path / "data" / "target", 4, seed=11, image_size=96, split_name="train", style="foggy")
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    envs = [{"TF_CONFIG": json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}})}
+            for i in range(2)] + [{}]
+    run_in_children("test_domain_adaptation_strategy", "multi_worker_child_main",
+                    [(str(tmp_path / "data"), str(tmp_path))] * 3, envs)
+    single, first, second = (np.load(tmp_path / f"{name}.npz") for name in ("default", "worker0", "worker1"))
+    np.testing.assert_array_equal(single["replica_flags"], [[True, True, False, False]])
+    for worker in (first, second):  # each worker's pipeline: one source and one target image
+        np.testing.assert_array_equal(worker["replica_flags"], [[True, False]])
+    for name in first.files:
+        if name.startswith(("initial/", "updated/", "output/")):
+            np.testing.assert_array_equal(first[name], second[name], err_msg=name)  # all-reduced: one model
+    outputs = {"output/loss_rpn_cls", "output/loss_cls", "output/loss_da_image", "output/loss_da_instance",
+               "output/loss_da_consistency", "output/da_img_acc", "output/da_ins_acc"}
+    updates = assert_same_step(single, first, outputs, PER_WEIGHT_TOLERANCE, ALL_WEIGHTS_TOLERANCE)
     assert min(np.abs(updates[blob][0]).max() for blob in ("conv1_da_w", "fc1_da_w", "fc3_da_w")) > 0
