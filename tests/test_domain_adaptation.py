@@ -38,6 +38,9 @@ DA_BLOBS = {"conv1_da_w", "conv1_da_b", "conv2_da_w", "conv2_da_b", "fc1_da_w", 
 # Every proposal of the batch survives the FPN collect (at most 4 x 200 + 12 per image), so that the source
 # image's proposals do not depend on the target image's in the source-only comparison.
 ALL_PROPOSALS = ("TRAIN.RPN_POST_NMS_TOP_N", "4000")
+# The fork's initialisation of the DA heads (the shapes config starts them from HeNormal): tiny weights, domain
+# probabilities near 1/2 from the start.
+FORK_HEADS = ("TFDET.DA_HEAD_INIT", "fork")
 C4 = (
     "MODEL.CONV_BODY", "ResNet.add_ResNet50_conv4_body", "FPN.FPN_ON", "False", "FPN.MULTILEVEL_ROIS", "False",
     "FPN.MULTILEVEL_RPN", "False", "FAST_RCNN.ROI_BOX_HEAD", "ResNet.add_ResNet_roi_conv5_head",
@@ -198,7 +201,7 @@ def fpn_model():
     """The tiny DA model; its RPN output layers start at zero, so that the proposals are the anchors ranked by
     index whatever else is in the batch (from random weights, float rounding that differs between a batch of
     one and of two images can swap near-tied proposal scores)."""
-    model = build_model(da_cfg(*ALL_PROPOSALS), training=True)
+    model = build_model(da_cfg(*ALL_PROPOSALS, *FORK_HEADS), training=True)
     for name in ("rpn_cls_logits_fpn2", "rpn_bbox_pred_fpn2"):
         for variable in model.get_layer(name).weights:
             variable.assign(tf.zeros_like(variable))
