@@ -98,8 +98,8 @@ def test_classifier_heads_shapes_names_and_initialisation():
 
     # TFDET.DA_HEAD_INIT he_normal: Keras' HeNormal, std sqrt(2 / fan_in) after truncating a normal of std
     # sqrt(2 / fan_in) / 0.8796 at 2 of its stds
-    heads = model_blobs(image_domain_classifier(32, "he_normal")) + model_blobs(instance_domain_classifier(64, "he_normal"))
-    he = {name: variable.numpy() for name, variable, _, _ in heads}
+    heads = [image_domain_classifier(32, "he_normal"), instance_domain_classifier(64, "he_normal")]
+    he = {name: variable.numpy() for head in heads for name, variable, _, _ in model_blobs(head)}
     for name, fan_in in (("conv1_da_w", 32), ("conv2_da_w", 512), ("fc1_da_w", 64), ("fc2_da_w", 1024)):
         assert np.std(he[name]) == pytest.approx(np.sqrt(2 / fan_in), rel=0.15), name
         assert np.abs(he[name]).max() <= 2 * np.sqrt(2 / fan_in) / 0.8796 + 1e-6, name
