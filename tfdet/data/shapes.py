@@ -42,7 +42,7 @@ RNG_SEED 0: `python -m tfdet.train --skip-test --cfg configs/shapes_tiny_da_fast
 MODEL.DOMAIN_ADAPTATION_ON False TRAIN.IMS_PER_BATCH 1 SOLVER.MAX_ITER 1500 SOLVER.STEPS "[0, 1125, 1350]"
 RNG_SEED 0 OUTPUT_DIR out`, then `python -m tfdet.evaluate --cfg <same> --weights out/model_final.weights.h5
 --dataset shapes_val` (and `--dataset shapes_target_val`), bbox AP. The same model on the v1 fog
-(transmission 0.3-0.55, gains [0.75, 1.25], no grain): ratio 0.82. RNG_SEED 1 (benchmarks/da_shapes_experiment.py
+(transmission 0.3-0.55, gains [0.75, 1.25], no grain): ratio 0.82. RNG_SEED 1 (benchmarks/da_experiment.py
 --arms "source only" --seeds 1 --iterations 1500): source AP 55.1, target AP 27.6 (ratio 0.50).
 """
 
