@@ -19,7 +19,7 @@ import pytest
 import numpy_detectron_test_time as det
 from conftest import shared_path
 from test_keypoints import detectron_heatmaps_to_keypoints
-from training_fixtures import tiny_cfg
+from training_fixtures import AFFINE_BODY, tiny_cfg
 from tfdet.config import ConfigError, load_config
 from tfdet.inference import Predictor
 from tfdet.modeling import build_model
@@ -27,8 +27,10 @@ from tfdet.test_time_augmentation import Transform, combine_heatmaps, combine_ma
 
 TRANSFORMS = ("H_FLIP", "True", "SCALES", "(96, 160)", "SCALE_H_FLIP", "True", "MAX_SIZE", "200",
               "ASPECT_RATIOS", "(0.75,)", "ASPECT_RATIO_H_FLIP", "True")  # fmt: skip
+# AffineChannel body and plain-conv box and mask heads instead of GroupNorm: the transforms, inversions and
+# combinations under test do not depend on the network, and half the ops make its many traced functions faster.
 MODEL = ("KRCNN.NUM_KEYPOINTS", "17", "TEST.SCORE_THRESH", "0.2", "TEST.DETECTIONS_PER_IM", "20",
-         "TEST.RPN_PRE_NMS_TOP_N", "300", "TEST.RPN_POST_NMS_TOP_N", "100")  # fmt: skip
+         "TEST.RPN_PRE_NMS_TOP_N", "300", "TEST.RPN_POST_NMS_TOP_N", "100", *AFFINE_BODY)  # fmt: skip
 CONFIGS = {
     "soft_linear_iou_avg_vote": ("TEST.SOFT_NMS.ENABLED", "True", "TEST.BBOX_VOTE.ENABLED", "True",
                                  "TEST.BBOX_VOTE.SCORING_METHOD", "IOU_AVG", "TEST.MASK_AUG.HEUR", "SOFT_AVG",
