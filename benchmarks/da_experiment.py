@@ -130,7 +130,9 @@ def _curve(row, name):
 
 def print_tables(out):
     """Per-run rows and mean ± std per arm of every result.json under `out`."""
-    rows = [json.loads(p.read_text()) for p in sorted(out.glob("*/result.json"))]
+    order = {arm: index for index, arm in enumerate((PRETRAIN, *ARMS))}
+    rows = [json.loads(p.read_text()) for p in out.glob("*/result.json")]
+    rows.sort(key=lambda row: (order[row["arm"]], row["seed"]))
     print("| arm | seed | " + " | ".join(METRICS) + " | da_img_acc | da_ins_acc | train s |")
     print("|---|---|" + "---|" * (len(METRICS) + 3))
     for row in rows:
