@@ -153,7 +153,12 @@ def run(out, arm, seed, iterations, overrides):
     """The result of one run, trained and evaluated unless `<out>/<arm>_<seed>/result.json` exists."""
     run_dir = out / f"{arm}_{seed}"
     if (run_dir / "result.json").exists():
-        return json.loads((run_dir / "result.json").read_text())
+        row = json.loads((run_dir / "result.json").read_text())
+        if (row["iterations"], row["overrides"]) != (iterations, overrides):
+            raise SystemExit(f"error: {run_dir} was run with {row['iterations']} iterations and overrides "
+                             f"{row['overrides']}, not {iterations} and {overrides}: use another --out")
+        return row
+    print(f"{arm} seed {seed}: training {iterations} iterations ...", flush=True)
     row = train_and_evaluate(arm, seed, iterations, run_dir, overrides)
     (run_dir / "result.json").write_text(json.dumps(row, indent=1))
     cells = ", ".join(f"{m} {100 * row[m]:.1f}" for m in METRICS)

@@ -3,6 +3,7 @@ CPUs, in a child process) gives the same update on the same global batch, and th
 replica a source and a target image; (slow) the same under `multi_worker`, two worker processes."""
 
 import json
+import os
 import pathlib
 
 import numpy as np
@@ -44,6 +45,13 @@ def domain_roidbs(data_dir):
     return source, target
 
 
+def global_batch(data_dir):
+    """(source roidb, target roidb, the pipeline's 2 + 2 image batch of `data_dir` in REPLICA_ORDER)."""
+    source, target = domain_roidbs(data_dir)
+    batch = next(iter(build_domain_dataset(da_cfg("TRAIN.IMS_PER_BATCH", "4"), source, target, flip=False)))
+    return source, target, {name: tf.gather(value, REPLICA_ORDER) for name, value in batch.items()}
+
+
 def step_child_main(data_dir, out_dir):
     """Child: one DA step on the 2 + 2 image global batch of `data_dir` under each strategy (`default`: one
     device; `mirrored`: 2 logical CPUs), in one process (one TensorFlow start-up); writes weights, outputs and
@@ -52,9 +60,7 @@ def step_child_main(data_dir, out_dir):
     from tfdet.engine.trainer import Trainer
 
     make_logical_cpus(2)
-    source, target = domain_roidbs(data_dir)
-    batch = next(iter(build_domain_dataset(da_cfg("TRAIN.IMS_PER_BATCH", "4"), source, target, flip=False)))
-    batch = {name: tf.gather(value, REPLICA_ORDER) for name, value in batch.items()}
+    source, target, batch = global_batch(data_dir)
     for strategy_name, split, dataset in default_and_mirrored(batch):
         cfg = da_cfg(*AFFINE_BODY, *ALL_PROPOSALS, *split)
         trainer = Trainer(cfg, pathlib.Path(out_dir) / strategy_name, strategy=build_strategy(cfg),
@@ -84,8 +90,6 @@ def multi_worker_child_main(data_dir, out_dir):
     """Child: one worker of a 2-worker cluster (TF_CONFIG in the environment), or the one-device step when there
     is no TF_CONFIG: one DA step from the zeroed-RPN start on its share of the 2 + 2 image global batch (worker k:
     [s_k, t_k]); the record and the domain flags of its batch from the real pipeline go to out_dir/<name>.npz."""
-    import os
-
     from tfdet.engine.strategy import build_strategy
     from tfdet.engine.trainer import Trainer
 
@@ -96,9 +100,7 @@ def multi_worker_child_main(data_dir, out_dir):
         name, split = f"worker{task}", ("TFDET.STRATEGY", "multi_worker", "NUM_GPUS", "2", "TRAIN.IMS_PER_BATCH", "2")
     cfg = da_cfg(*AFFINE_BODY, *ALL_PROPOSALS, *split)
     strategy = build_strategy(cfg)  # before any other TensorFlow op: collectives are configured at start-up
-    source, target = domain_roidbs(data_dir)
-    batch = next(iter(build_domain_dataset(da_cfg("TRAIN.IMS_PER_BATCH", "4"), source, target, flip=False)))
-    batch = {key: tf.gather(value, REPLICA_ORDER) for key, value in batch.items()}
+    source, target, batch = global_batch(data_dir)
     share = batch if task is None else {key: value[2 * task:2 * task + 2] for key, value in batch.items()}
     trainer = Trainer(cfg, pathlib.Path(out_dir) / name, strategy=strategy, roidb=source, target_roidb=target,
                       progress=False)

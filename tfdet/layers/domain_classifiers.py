@@ -44,10 +44,15 @@ INSTANCE_OUTPUT_INIT_STD = 0.05
 HEAD_INITS = ("fork", "he_normal")
 
 
-def _initializer(init, fork_std):
-    """The weight initializer of a DA head layer: the fork's N(0, fork_std^2), or Keras' HeNormal."""
+def check_head_init(init):
+    """A clear error unless `init` (TFDET.DA_HEAD_INIT) is one of HEAD_INITS."""
     if init not in HEAD_INITS:
         raise ValueError(f"TFDET.DA_HEAD_INIT must be one of {', '.join(HEAD_INITS)}, got {init!r}")
+
+
+def _initializer(init, fork_std):
+    """The weight initializer of a DA head layer: the fork's N(0, fork_std^2), or Keras' HeNormal."""
+    check_head_init(init)
     return keras.initializers.RandomNormal(stddev=fork_std) if init == "fork" else keras.initializers.HeNormal()
 
 

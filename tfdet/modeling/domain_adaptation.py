@@ -26,13 +26,13 @@ import keras
 
 from tfdet.data.domain_pipeline import SOURCE_FLAG
 from tfdet.layers.domain_classifiers import (
-    HEAD_INITS,
     DomainConsistencyLoss,
     FoldSeeds,
     ImageDomainAccuracy,
     ImageDomainLoss,
     InstanceDomainAccuracy,
     InstanceDomainLoss,
+    check_head_init,
     image_domain_classifier,
     instance_domain_classifier,
 )
@@ -69,8 +69,7 @@ def check_domain_adaptation(cfg):
             f"MODEL.DOMAIN_ADAPTATION_ON splits TRAIN.IMS_PER_BATCH into source and target halves: it must be even, "
             f"got {cfg.TRAIN.IMS_PER_BATCH}"
         )
-    if cfg.TFDET.DA_HEAD_INIT not in HEAD_INITS:
-        raise ValueError(f"TFDET.DA_HEAD_INIT must be one of {', '.join(HEAD_INITS)}, got {cfg.TFDET.DA_HEAD_INIT!r}")
+    check_head_init(cfg.TFDET.DA_HEAD_INIT)
     heads = model.DA_HEADS
     keys = ("DA_IMG_GRL_WEIGHT", "DA_INS_GRL_WEIGHT", "DA_IMG_LOSS_WEIGHT", "DA_INS_LOSS_WEIGHT", "DA_CST_LOSS_WEIGHT")
     for key in keys:
