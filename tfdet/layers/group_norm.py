@@ -1,12 +1,11 @@
 """GroupNormalization: Keras' layer of that name (same variables, same arithmetic) built from fewer graph ops.
 
-Keras' layer reads the input's dynamic shape twice through `keras.ops.shape` (a Shape op and one slice per
-unknown dimension each time), reshapes the affine parameters and casts at every call: about 30 ops per layer.
-A GN R-50-FPN has some 70 of them, and their ops made a third of the tiny model's tracing time. Here the
-channel count is static (it always is in our models), the groups are split off the last axis with one
-reshape, and gamma/beta are shaped (groups, channels per group) once: the same statistics
-(`tf.nn.moments` over every axis but the batch and the group), the same `x * inv + (beta - mean * inv)`
-with `inv = gamma / sqrt(var + eps)`, computed in float32 for float16/bfloat16 inputs as Keras does.
+Keras' layer reads the input's dynamic shape twice through `keras.ops.shape`, reshapes the affine parameters
+and casts at every call (about 30 ops per layer), and TensorFlow differentiates `tf.nn.moments` into some 60
+more. A GN R-50-FPN has about 70 of them: in the tiny model's training step they were a third of the ops to
+trace. Here the channel count is static (it always is in our models) and the arithmetic is
+`tfdet.ops.group_norm`, whose hand-written gradient holds about 20 ops: the same statistics, the same
+output, computed in float32 for float16/bfloat16 inputs as Keras does.
 
 The class keeps Keras' name on purpose: a `.weights.h5` file keys each layer's variables by the snake-case
 name of its class, so the files written with Keras' layer load into ours and the other way round.
@@ -14,6 +13,8 @@ name of its class, so the files written with Keras' layer load into ours and the
 
 import keras
 import tensorflow as tf
+
+from tfdet.ops.group_norm import group_norm
 
 
 class GroupNormalization(keras.layers.GroupNormalization):
@@ -25,16 +26,7 @@ class GroupNormalization(keras.layers.GroupNormalization):
             return super().call(inputs)
         compute_dtype = tf.float32 if inputs.dtype in (tf.float16, tf.bfloat16) else inputs.dtype
         x = tf.cast(inputs, compute_dtype)
-        shape = tf.shape(x)
-        groups, per_group = self.groups, channels // self.groups
-        grouped = tf.reshape(x, tf.concat([shape[:-1], [groups, per_group]], axis=0))
-        rank = len(inputs.shape) + 1
-        mean, variance = tf.nn.moments(grouped, axes=[*range(1, rank - 2), rank - 1], keepdims=True)
-        inv = tf.math.rsqrt(variance + self.epsilon)
-        if self.scale:
-            inv = inv * tf.cast(tf.reshape(self.gamma, [groups, per_group]), compute_dtype)
-        offset = -mean * inv
-        if self.center:
-            offset = offset + tf.cast(tf.reshape(self.beta, [groups, per_group]), compute_dtype)
-        normalized = grouped * inv + offset
-        return tf.cast(tf.reshape(normalized, shape), self.compute_dtype)
+        gamma = tf.cast(self.gamma, compute_dtype) if self.scale else tf.ones([channels], compute_dtype)
+        beta = tf.cast(self.beta, compute_dtype) if self.center else tf.zeros([channels], compute_dtype)
+        normalized = group_norm(x, gamma, beta, self.groups, self.epsilon)
+        return tf.cast(normalized, self.compute_dtype)

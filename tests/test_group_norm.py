@@ -1,0 +1,71 @@
+"""GroupNormalization (tfdet.layers) and its hand-written gradient (tfdet.ops.group_norm): outputs and the
+gradients of input, gamma and beta equal Keras' GroupNormalization differentiated by TensorFlow, and a
+NumPy restatement of the gradient formula; float16 inputs compute in float32."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfdet.layers import GroupNormalization
+from tfdet.ops.group_norm import group_norm
+
+
+def numpy_group_norm_gradients(x, gamma, dy, groups, eps):
+    """(y without beta, dx, dgamma, dbeta) of Caffe2's GroupNorm over the last axis, written out in NumPy."""
+    n, channels = x.shape[0], x.shape[-1]
+    grouped = x.reshape(n, -1, groups, channels // groups).astype(np.float64)
+    d = dy.reshape(grouped.shape).astype(np.float64) * gamma.reshape(groups, -1)
+    mean = grouped.mean(axis=(1, 3), keepdims=True)
+    inv_std = 1.0 / np.sqrt(grouped.var(axis=(1, 3), keepdims=True) + eps)
+    x_hat = (grouped - mean) * inv_std
+    dx = inv_std * (d - d.mean(axis=(1, 3), keepdims=True) - x_hat * (d * x_hat).mean(axis=(1, 3), keepdims=True))
+    dgamma = (dy.reshape(grouped.shape) * x_hat).sum(axis=(0, 1)).reshape(-1)
+    dbeta = dy.reshape(n, -1, channels).sum(axis=(0, 1))
+    y = (x_hat * gamma.reshape(groups, -1)).reshape(x.shape)
+    return y, dx.reshape(x.shape), dgamma, dbeta
+
+
+@pytest.mark.parametrize("shape, groups", [((2, 5, 7, 16), 4), ((3, 12), 3), ((1, 4, 4, 8), 8), ((2, 3, 6), 1)])
+def test_outputs_and_gradients_equal_keras_layer_and_numpy(shape, groups, rng):
+    x = rng.normal(2.0, 3.0, size=shape).astype(np.float32)
+    gamma = rng.normal(1.0, 0.5, size=shape[-1]).astype(np.float32)
+    beta = rng.normal(size=shape[-1]).astype(np.float32)
+    dy = rng.normal(size=shape).astype(np.float32)
+    results = []
+    for layer in (GroupNormalization(groups=groups, epsilon=1e-5), keras.layers.GroupNormalization(groups, epsilon=1e-5)):
+        layer.build(shape)
+        layer.gamma.assign(gamma)
+        layer.beta.assign(beta)
+        inputs = tf.constant(x)
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            loss = tf.reduce_sum(layer(inputs) * dy)
+        results.append([layer(inputs).numpy(), *(g.numpy() for g in tape.gradient(loss, [inputs, layer.gamma,
+                                                                                      layer.beta]))])
+    ours, keras_reference = results
+    for got, want, name in zip(ours, keras_reference, ("y", "dx", "dgamma", "dbeta")):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5, err_msg=name)
+    y, dx, dgamma, dbeta = numpy_group_norm_gradients(x, gamma, dy, groups, 1e-5)
+    np.testing.assert_allclose(ours[0], y + beta, rtol=1e-5, atol=2e-5)
+    for got, want in zip(ours[1:], (dx, dgamma, dbeta)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)
+
+
+def test_float16_inputs_compute_in_float32_and_return_the_layer_dtype(rng):
+    layer = GroupNormalization(groups=2, epsilon=1e-5, dtype="mixed_float16")
+    x = rng.normal(size=(2, 3, 3, 4)).astype(np.float16)
+    inputs = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        y = layer(inputs)
+        loss = tf.reduce_sum(tf.cast(y, tf.float32))
+    dx = tape.gradient(loss, inputs)
+    assert y.dtype == tf.float16 and dx.dtype == tf.float16
+    want = group_norm(tf.constant(x, tf.float32), tf.ones([4]), tf.zeros([4]), 2, 1e-5)
+    np.testing.assert_allclose(y.numpy().astype(np.float32), want.numpy(), atol=5e-3)
+
+
+def test_channels_not_divisible_by_groups_is_a_clear_error():
+    with pytest.raises(ValueError, match="divisible by 4 groups"):
+        group_norm(tf.zeros([1, 6]), tf.ones([6]), tf.zeros([6]), 4, 1e-5)
