@@ -150,7 +150,7 @@ def child_main(data_dir, out_dir):
 
     model = build_model(tiny_cfg(*FASTER_RCNN, "TFDET.DEVICE_MAP", MAP))
     images = {"images": batch["images"], "image_info": batch["image_info"]}
-    function = tf.function(model)
+    function = tf.function(model, autograph=False)  # as the Predictor traces it
     report["inference"] = _placements(function.get_concrete_function(images).graph, model)
     with cpu_graph_options():  # as the Predictor runs it
         report["num_detections"] = function(images)["num_detections"].numpy().tolist()

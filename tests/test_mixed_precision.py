@@ -77,7 +77,8 @@ def inference_outputs(batch):
             for variable in model.get_layer(name).weights:
                 variable.assign(tf.zeros_like(variable))
     images = {"images": batch["images"], "image_info": batch["image_info"]}
-    float32, bfloat16 = ({k: v.numpy() for k, v in tf.function(model)(images).items()} for model in models)
+    float32, bfloat16 = ({k: v.numpy() for k, v in tf.function(model, autograph=False)(images).items()}
+                         for model in models)
     return float32, bfloat16, models[1]
 
 
