@@ -74,7 +74,10 @@ def export_saved_model(cfg, weights, out, mask_format="image", overwrite=False, 
         staging = out.parent / f".{out.name}-export-{uuid.uuid4().hex[:12]}"
         staging.mkdir()  # mkdir honours the umask (mkdtemp's 0700 would hide it from a server's user)
         try:
-            tf.saved_model.save(module, str(staging), signatures=module.signatures())
+            # Serving never differentiates: without the custom gradients (GroupNorm's, RoIAlign's) saved beside
+            # the graph, TensorFlow does not trace each of them again (the tiny Faster R-CNN: 14.8 s -> 10.9 s).
+            options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+            tf.saved_model.save(module, str(staging), signatures=module.signatures(), options=options)
             replace_version(staging, out)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

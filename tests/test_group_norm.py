@@ -33,16 +33,18 @@ def test_outputs_and_gradients_equal_keras_layer_and_numpy(shape, groups, rng):
     beta = rng.normal(size=shape[-1]).astype(np.float32)
     dy = rng.normal(size=shape).astype(np.float32)
     results = []
-    for layer in (GroupNormalization(groups=groups, epsilon=1e-5), keras.layers.GroupNormalization(groups, epsilon=1e-5)):
+    for layer_class in (GroupNormalization, keras.layers.GroupNormalization):
+        layer = layer_class(groups=groups, epsilon=1e-5)
         layer.build(shape)
         layer.gamma.assign(gamma)
         layer.beta.assign(beta)
         inputs = tf.constant(x)
         with tf.GradientTape() as tape:
             tape.watch(inputs)
-            loss = tf.reduce_sum(layer(inputs) * dy)
-        results.append([layer(inputs).numpy(), *(g.numpy() for g in tape.gradient(loss, [inputs, layer.gamma,
-                                                                                      layer.beta]))])
+            y = layer(inputs)
+            loss = tf.reduce_sum(y * dy)
+        gradients = tape.gradient(loss, [inputs, layer.gamma, layer.beta])
+        results.append([y.numpy(), *(g.numpy() for g in gradients)])
     ours, keras_reference = results
     for got, want, name in zip(ours, keras_reference, ("y", "dx", "dgamma", "dbeta")):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5, err_msg=name)

@@ -108,6 +108,7 @@ def test_train_end_to_end_and_resume_after_sigkill(tmp_path, monkeypatch):
     assert {"loss", "loss_rpn_cls", "loss_rpn_bbox", "loss_cls", "loss_bbox", "accuracy_cls", "time", "eta"} <= set(
         records[0])
     assert full_log.count("json_stats: ") == 2
+    assert "absl" not in full_log and "absl" not in resumed_log  # checkpoint saves log nothing from TF
     assert set(json.loads((full_dir / "metrics_shapes_val.json").read_text())) == {"bbox"}
 
     # The killed run resumed from its newest checkpoint and reached the same iteration, LR, momentum and weights.

@@ -30,11 +30,13 @@ def wants_verbose(argv=None):
 
 def quiet_native_logs(argv=None):
     """Unless verbose, send native writes to descriptor 2 to the null device and keep Python's stderr on
-    the terminal; TensorFlow's Python-side log records below ERROR are dropped too. Returns whether it did."""
+    the terminal; TensorFlow's Python-side log records below ERROR are dropped too, and absl's below WARNING
+    (TensorFlow's checkpoint writer logs an INFO "Sharding callback duration" at every save). Returns whether it did."""
     if wants_verbose(argv):
         return False
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    logging.getLogger("absl").setLevel(logging.WARNING)
     sys.stderr.flush()
     terminal = os.dup(2)
     null = os.open(os.devnull, os.O_WRONLY)
