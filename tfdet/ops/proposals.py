@@ -83,13 +83,13 @@ def generate_proposals(
     # levels are decoded, clipped and filtered at once (the same arithmetic per box, fewer graph ops).
     width = tf.reduce_max(tf.stack([tf.shape(c[2])[1] for c in candidates]))
 
-    def padded(values, rank):
-        return tf.pad(values, [[0, 0], [0, width - tf.shape(values)[1]]] + [[0, 0]] * (rank - 2))
+    def padded(values):
+        return tf.pad(values, [[0, 0], [0, width - tf.shape(values)[1]]] + [[0, 0]] * (values.shape.rank - 2))
 
-    anchors = tf.concat([padded(c[0], 3) for c in candidates], axis=0)
-    deltas = tf.concat([padded(c[1], 3) for c in candidates], axis=0)
-    scores = tf.concat([padded(c[2], 2) for c in candidates], axis=0)
-    real = tf.concat([padded(tf.ones_like(c[2], tf.bool), 2) for c in candidates], axis=0)
+    anchors = tf.concat([padded(c[0]) for c in candidates], axis=0)
+    deltas = tf.concat([padded(c[1]) for c in candidates], axis=0)
+    scores = tf.concat([padded(c[2]) for c in candidates], axis=0)
+    real = tf.concat([padded(tf.ones_like(c[2], tf.bool)) for c in candidates], axis=0)
     row_info = tf.tile(image_info, [num_levels, 1])
     boxes = clip_boxes(decode_boxes(anchors, deltas, scale_clip=scale_clip), row_info[:, 0], row_info[:, 1])
     valid = real & proposal_keep_mask(boxes, min_size, row_info)
