@@ -4,6 +4,7 @@ nothing of it in the inference model), the source + target pipeline and the fogg
 
 import json
 import math
+import re
 
 import keras
 import numpy as np
@@ -29,6 +30,7 @@ from tfdet.layers.domain_classifiers import (
 from tfdet.layers.gradient_reversal import GradientReversal, GradientScale
 from tfdet.modeling import build_model
 from tfdet.modeling.detectron_names import model_blobs
+from tfdet.modeling.domain_adaptation import is_domain_classifier_blob
 from tfdet.modeling.training_graph import copy_weights_by_blob_name, loss_terms
 
 DA_CONFIG = REPO_ROOT / "configs" / "shapes_tiny_da_faster.yaml"
@@ -321,6 +323,63 @@ def test_domain_classifiers_see_every_body_level_and_the_box_head_features(body,
     head_inputs = {"FPN": (cfg.FPN.DIM, cfg.FAST_RCNN.MLP_HEAD_DIM), "C4": (1024, 2048)}[body]
     assert model.get_layer("da_img_head").get_layer("conv1_da").kernel.shape[2] == head_inputs[0]
     assert model.get_layer("da_ins_head").get_layer("fc1_da").kernel.shape[0] == head_inputs[1]
+
+
+STAGES = ("TFDET.DA_IMG_FEATURES", "[res2, res3]")
+
+
+def test_image_level_classifiers_on_resnet_stages(fpn_model, domain_data):
+    """TFDET.DA_IMG_FEATURES: one classifier per named ResNet stage (checked against numpy), the image loss the
+    mean BCE of their locations on those stages' outputs, and the reversed gradient reaches the backbone but not
+    the FPN above it (the fork's P-level classifiers reach both)."""
+    cfg = da_cfg(*ALL_PROPOSALS, *STAGES, "MODEL.DA_HEADS.DA_CST_LOSS_WEIGHT", "0")
+    model = build_model(cfg, training=True)
+    blobs = {name for name, _, _, _ in model_blobs(model)}
+    stage_blobs = {f"{stage}_conv{i}_da_{kind}" for stage in ("res2", "res3") for i in (1, 2) for kind in "wb"}
+    assert stage_blobs <= blobs and "conv1_da_w" not in blobs
+    inference_blobs = {name for name, _, _, _ in model_blobs(build_model(cfg))}
+    assert stage_blobs <= blobs - inference_blobs and all(map(is_domain_classifier_blob, blobs - inference_blobs))
+
+    batch = first_domain_batch(cfg, domain_data)
+    inputs = model_inputs(model, batch)
+    outputs = probe(model, ["res2_2_sum", "res3_3_sum", "da_image_loss"])(inputs, training=True)
+    height, width = batch["images"].shape[1:3]
+    logits = []
+    for stage, blob, stride in (("res2", "res2_2_sum", 4), ("res3", "res3_3_sum", 8)):
+        head = model.get_layer(f"da_img_head_{stage}")
+        w1, b1 = (v.numpy() for v in head.get_layer(f"{stage}_conv1_da").weights)
+        w2, b2 = (v.numpy() for v in head.get_layer(f"{stage}_conv2_da").weights)
+        features = outputs[blob].numpy().astype(np.float64)
+        assert w1.shape[2] == features.shape[-1]
+        expected = np.maximum(features @ w1[0, 0] + b1, 0) @ w2[0, 0] + b2
+        got = head(outputs[blob]).numpy()
+        assert got.shape == (2, math.ceil(height / stride), math.ceil(width / stride), 1)
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+        logits.append(got)
+    domains = [np.broadcast_to(np.array([1.0, 0.0])[:, None, None, None], v.shape) for v in logits]
+    bce = np.concatenate([sigmoid_bce(v, d).ravel() for v, d in zip(logits, domains)])
+    assert float(outputs["da_image_loss"]) == pytest.approx(bce.mean(), rel=1e-5)
+
+    def image_loss_gradients(network):
+        variables = [network.get_layer(name).kernel for name in ("res2_0_branch2a", "fpn_inner_res2_2_sum_lateral")]
+        with tf.GradientTape() as tape:
+            loss = network(model_inputs(network, batch), training=True)["loss_da_image"]
+        return [0.0 if g is None else np.abs(g.numpy()).max() for g in tape.gradient(loss, variables)]
+
+    backbone, fpn = image_loss_gradients(model)
+    assert backbone > 0 and fpn == 0
+    assert all(g > 0 for g in image_loss_gradients(fpn_model))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (("TFDET.DA_IMG_FEATURES", "[res2, p3]"), "'p3' is not a ResNet stage; use some of res2, res3, res4, res5"),
+    (("TFDET.DA_IMG_FEATURES", "[res3, res3]"), "names a stage twice"),
+    (("TFDET.DA_IMG_FEATURES", "[res2]", "TRAIN.FREEZE_AT", "2"), "res2 is frozen"),
+    ((*C4, "TFDET.DA_IMG_FEATURES", "[res5]"), "ResNet.add_ResNet50_conv4_body has no stage res5"),
+])
+def test_image_level_stage_errors_name_the_key(overrides, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build_model(da_cfg(*overrides), training=True)
 
 
 def test_loss_weights_switch_the_domain_losses_off():

@@ -43,6 +43,7 @@ SEQUENCE_RULES = {
     "FPN.RPN_ASPECT_RATIOS": SequenceRule(float, (NON_EMPTY,)),
     "PIXEL_MEANS": SequenceRule(float, (1, 1, 3)),
     "EXPECTED_RESULTS": SequenceRule(object),
+    "TFDET.DA_IMG_FEATURES": SequenceRule(str),
 }
 
 

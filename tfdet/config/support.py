@@ -623,6 +623,9 @@ SUPPORT = {
     "TFDET.DA_HEAD_INIT": Implemented(
         "tests/test_domain_adaptation.py::test_classifier_heads_shapes_names_and_initialisation"
     ),
+    "TFDET.DA_IMG_FEATURES": Implemented(
+        "tests/test_domain_adaptation.py::test_image_level_classifiers_on_resnet_stages"
+    ),
     "TFDET.ALLOW_AFFINE_FROM_SCRATCH": Implemented(
         "tests/test_train_refusal.py::test_affine_body_trains_with_initial_weights_or_opt_out"
     ),

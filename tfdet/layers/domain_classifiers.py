@@ -56,13 +56,17 @@ def _initializer(init, fork_std):
     return keras.initializers.RandomNormal(stddev=fork_std) if init == "fork" else keras.initializers.HeNormal()
 
 
-def image_domain_classifier(dim_in, init="fork", name="da_img_head"):
-    """The image-level domain classifier: (B, H, W, dim_in) features -> (B, H, W, 1) domain logits."""
+def image_domain_classifier(dim_in, init="fork", name="da_img_head", prefix=""):
+    """The image-level domain classifier: (B, H, W, dim_in) features -> (B, H, W, 1) domain logits.
+
+    Its layers are `<prefix>conv1_da`, `<prefix>conv2_da` (a prefix tells several heads' blobs apart).
+    """
     features = keras.Input((None, None, dim_in), name=f"{name}_features")
     initializer = _initializer(init, IMAGE_HEAD_INIT_STD)
-    hidden = CaffeConv2D(IMAGE_HEAD_DIM, 1, kernel_initializer=initializer, name="conv1_da")(features)
-    hidden = keras.layers.ReLU(name="conv1_da_relu")(hidden)
-    logits = CaffeConv2D(1, 1, kernel_initializer=_initializer(init, IMAGE_HEAD_INIT_STD), name="conv2_da")(hidden)
+    hidden = CaffeConv2D(IMAGE_HEAD_DIM, 1, kernel_initializer=initializer, name=f"{prefix}conv1_da")(features)
+    hidden = keras.layers.ReLU(name=f"{prefix}conv1_da_relu")(hidden)
+    output_initializer = _initializer(init, IMAGE_HEAD_INIT_STD)
+    logits = CaffeConv2D(1, 1, kernel_initializer=output_initializer, name=f"{prefix}conv2_da")(hidden)
     return keras.Model(features, logits, name=name)
 
 

@@ -10,7 +10,10 @@ krumo's maskrcnn-benchmark fork builds it (`modeling/da_heads/`, `do_da_train`):
   same RPN, proposals and RoI sampling; without ground truth their RoIs are uniform random
   proposals labelled background, as the fork samples them.
 - Image level: a gradient reversal (-DA_IMG_GRL_WEIGHT) on every body output (C4: res4; FPN:
-  P2..P6), the shared image-level classifier on each, `loss_da_image`.
+  P2..P6), the shared image-level classifier on each, `loss_da_image`. With TFDET.DA_IMG_FEATURES
+  (e.g. [res2, res3]) the reversal and classifiers sit on those ResNet stages' outputs instead, one
+  classifier per stage (`res2_conv1_da`, ...: the channel counts differ): under an FPN the pyramid's
+  normalised convs hide a low-level shift such as fog from a P-level classifier (docs/design.md).
 - Instance level: a gradient reversal (-DA_INS_GRL_WEIGHT) on the box head's features of the
   sampled RoIs of every image (C4: res5 pooled, 2048-d; FPN: fc7/fc6), the instance-level
   classifier, `loss_da_instance`. (The fork's `subsample_for_da` re-draws BATCH_SIZE_PER_IMAGE
@@ -38,6 +41,8 @@ from tfdet.layers.domain_classifiers import (
 )
 from tfdet.layers.domain_selection import SelectSourceImages, SourceRoILabels
 from tfdet.layers.gradient_reversal import GradientReversal, GradientScale
+
+RESNET_STAGES = ("res2", "res3", "res4", "res5")
 
 # Dropout streams of the instance classifier's two passes (the detection draws use streams 0..2 of
 # the same per-image seeds, `tfdet.layers.training_targets`).
@@ -70,11 +75,58 @@ def check_domain_adaptation(cfg):
             f"got {cfg.TRAIN.IMS_PER_BATCH}"
         )
     check_head_init(cfg.TFDET.DA_HEAD_INIT)
+    _check_image_features(cfg)
     heads = model.DA_HEADS
     keys = ("DA_IMG_GRL_WEIGHT", "DA_INS_GRL_WEIGHT", "DA_IMG_LOSS_WEIGHT", "DA_INS_LOSS_WEIGHT", "DA_CST_LOSS_WEIGHT")
     for key in keys:
         if heads[key] < 0:
             raise ValueError(f"MODEL.DA_HEADS.{key} must be >= 0, got {heads[key]}")
+
+
+def _check_image_features(cfg):
+    """Clear errors for TFDET.DA_IMG_FEATURES entries that are no ResNet stage, repeat, or are frozen."""
+    stages = tuple(cfg.TFDET.DA_IMG_FEATURES)
+    for stage in stages:
+        if stage not in RESNET_STAGES:
+            raise ValueError(
+                f"TFDET.DA_IMG_FEATURES: {stage!r} is not a ResNet stage; use some of {', '.join(RESNET_STAGES)}"
+            )
+        # A frozen stage passes no reversed gradient on: its classifier would learn and adapt nothing.
+        if RESNET_STAGES.index(stage) + 2 <= cfg.TRAIN.FREEZE_AT or cfg.TRAIN.FREEZE_CONV_BODY:
+            raise ValueError(
+                f"TFDET.DA_IMG_FEATURES: {stage} is frozen (TRAIN.FREEZE_AT {cfg.TRAIN.FREEZE_AT}, "
+                f"FREEZE_CONV_BODY {cfg.TRAIN.FREEZE_CONV_BODY}): the reversal could not adapt it"
+            )
+    if len(set(stages)) != len(stages):
+        raise ValueError(f"TFDET.DA_IMG_FEATURES names a stage twice: {list(stages)}")
+
+
+def image_level_features(cfg, body):
+    """{key: (B, H, W, C) tensor} the image-level classifiers see: the body's outputs by level (the fork),
+    or the ResNet stages of TFDET.DA_IMG_FEATURES by name."""
+    stages = tuple(cfg.TFDET.DA_IMG_FEATURES)
+    if not stages:
+        return {level: body.features[level] for level in sorted(body.features)}
+    missing = [stage for stage in stages if stage not in body.stages]
+    if missing:
+        raise ValueError(
+            f"TFDET.DA_IMG_FEATURES: {cfg.MODEL.CONV_BODY} has no stage {', '.join(missing)} "
+            f"(it has {', '.join(body.stages) or 'no ResNet stages'})"
+        )
+    return {stage: body.stages[stage] for stage in stages}
+
+
+def _image_classifiers(cfg, body, features):
+    """{name: image-level classifier} for `image_level_features`: one shared by the body's levels (they
+    have one channel count, the fork's `conv1_da`), or one per ResNet stage (`res2_conv1_da`)."""
+    init = cfg.TFDET.DA_HEAD_INIT
+    if not cfg.TFDET.DA_IMG_FEATURES:
+        shared = image_domain_classifier(body.dim, init)
+        return dict.fromkeys(features, shared)
+    return {
+        stage: image_domain_classifier(tensor.shape[-1], init, name=f"da_img_head_{stage}", prefix=f"{stage}_")
+        for stage, tensor in features.items()
+    }
 
 
 def source_images_only(inputs, tensors):
@@ -95,14 +147,14 @@ def add_domain_adaptation_losses(cfg, body, box_head, roi_labels, inputs):
     """
     heads = cfg.MODEL.DA_HEADS
     is_source, seeds = inputs[SOURCE_FLAG], inputs["seeds"]
-    levels = sorted(body.features)
-    image_head = image_domain_classifier(body.dim, cfg.TFDET.DA_HEAD_INIT)
+    image_features = image_level_features(cfg, body)
+    image_heads = _image_classifiers(cfg, body, image_features)
     instance_head = instance_domain_classifier(box_head.dim, cfg.TFDET.DA_HEAD_INIT)
     losses = {}
 
     if heads.DA_IMG_LOSS_WEIGHT > 0:
         reverse = GradientReversal(heads.DA_IMG_GRL_WEIGHT, name="da_img_grl")
-        logits = [image_head(reverse(body.features[level])) for level in levels]
+        logits = [image_heads[name](reverse(tensor)) for name, tensor in image_features.items()]
         losses["loss_da_image"] = ImageDomainLoss(heads.DA_IMG_LOSS_WEIGHT, name="da_image_loss")([*logits, is_source])
         losses["da_img_acc"] = ImageDomainAccuracy(name="da_image_accuracy")([*logits, is_source])
 
@@ -117,8 +169,8 @@ def add_domain_adaptation_losses(cfg, body, box_head, roi_labels, inputs):
     if heads.DA_CST_LOSS_WEIGHT > 0:
         scale = GradientScale(heads.DA_IMG_GRL_WEIGHT, name="da_img_consistency_grl")
         image_probs = [
-            keras.layers.Activation("sigmoid", name=f"da_img_prob_{level}")(image_head(scale(body.features[level])))
-            for level in levels
+            keras.layers.Activation("sigmoid", name=f"da_img_prob_{name}")(image_heads[name](scale(tensor)))
+            for name, tensor in image_features.items()
         ]
         scaled_features = GradientScale(heads.DA_INS_GRL_WEIGHT, name="da_ins_consistency_grl")(box_head.features)
         instance_logits = instance_head([scaled_features, FoldSeeds(CONSISTENCY_STREAM, name="da_cst_seeds")(seeds)])

@@ -71,10 +71,13 @@ class BodyOutput:
     """A conv body's outputs: feature maps by level (stride 2**level) sharing one channel count.
 
     C4 bodies give {4: res4_5_sum}; FPN bodies give {2: P2, ..., 6: P6} (P6 only for the RPN).
+    `stages` are the ResNet stage outputs under them by stage name ({"res2": res2_2_sum, ...}), for
+    heads that read the backbone itself (domain adaptation's TFDET.DA_IMG_FEATURES).
     """
 
     features: dict
     dim: int
+    stages: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

@@ -20,7 +20,7 @@ import functools
 import keras
 
 from tfdet.modeling.backbones.conv_norm import XAVIER_FILL, conv, conv_gn, relu
-from tfdet.modeling.backbones.resnet import BLOCK_COUNTS, resnet_stages
+from tfdet.modeling.backbones.resnet import BLOCK_COUNTS, resnet_stages, stage_tensors
 from tfdet.modeling.registry import BODIES, BodyOutput
 
 LOWEST_BACKBONE_LEVEL = 2
@@ -92,11 +92,12 @@ def add_fpn(cfg, backbone):
 
 def _fpn_body(block_counts, p2_only, cfg, images):
     """A ResNet conv5 body with FPN on top; P2only bodies return the finest level alone."""
-    pyramid = add_fpn(cfg, resnet_stages(cfg, images, block_counts))
+    stages = resnet_stages(cfg, images, block_counts)
+    pyramid = add_fpn(cfg, stages)
     if p2_only:
         finest = min(pyramid)
         pyramid = {finest: pyramid[finest]}
-    return BodyOutput(pyramid, cfg.FPN.DIM)
+    return BodyOutput(pyramid, cfg.FPN.DIM, stage_tensors(stages))
 
 
 for _depth in (50, 101, 152):

@@ -159,7 +159,12 @@ def _resnet_body(block_counts, cfg, images):
     last = max(stages)
     # A dilated res5 keeps res4's stride, 16.
     level = 4 if last == 5 and cfg.RESNETS.RES5_DILATION > 1 else last
-    return BodyOutput({level: stages[last].tensor}, STAGE_OUTPUT_DIMS[last])
+    return BodyOutput({level: stages[last].tensor}, STAGE_OUTPUT_DIMS[last], stage_tensors(stages))
+
+
+def stage_tensors(stages):
+    """{stage name ("res2"): tensor} of `resnet_stages`' {stage: StageOutput}, for BodyOutput.stages."""
+    return {f"res{stage}": output.tensor for stage, output in stages.items()}
 
 
 RESNET_BODIES = {
