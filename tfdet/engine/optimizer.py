@@ -134,10 +134,6 @@ class DetectronSGD(keras.optimizers.Optimizer):
             (self.rules[v.path].grad_factor, self.rules[v.path].weight_decay) for v in variables
         )
         self.momentums = self.add_optimizer_variables(variables, "momentum")
-        # This iteration's momentum correction, computed once per step (not once per variable).
-        self._momentum_scale = self.add_variable(
-            shape=(), initializer="ones", aggregation="only_first_replica", name="momentum_scale"
-        )
 
     def apply(self, grads, trainable_variables=None):
         """Keras' apply, after dropping (gradient, variable) pairs whose variable is not trainable."""
@@ -146,9 +142,19 @@ class DetectronSGD(keras.optimizers.Optimizer):
             grads, trainable_variables = [g for g, _ in pairs], [v for _, v in pairs]
             if not self.built:
                 self.build(trainable_variables)
-        if self.built:
-            self._momentum_scale.assign(self.momentum_correction())
         return super().apply(grads, trainable_variables)
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        """Keras' per-variable updates, handed this step's values that `update_step` needs, computed once
+        per step rather than once per variable (each op costs graph-building time): {gradient factor:
+        learning rate times it} and the momentum after correction."""
+        factors = sorted({factor for factor, _ in self._variable_rules})
+        step_values = {
+            "scaled_lr": {str(factor): tf.cast(learning_rate, tf.float32) * factor for factor in factors},
+            "momentum": self.momentum * self.momentum_correction(),
+            "one": tf.constant(1.0, tf.float32),
+        }
+        super()._backend_update_step(grads, trainable_variables, step_values)
 
     def momentum_slot(self, variable):
         """The momentum buffer V of `variable` (Detectron's `<blob>_momentum`)."""
@@ -169,19 +175,23 @@ class DetectronSGD(keras.optimizers.Optimizer):
         correct = (iteration > 0) & (old_lr > _MIN_LR_FOR_MOMENTUM_CORRECTION) & (ratio > self.scale_momentum_threshold)
         return tf.where(correct, new_lr / tf.maximum(old_lr, _LR_RATIO_EPS), 1.0)
 
-    def update_step(self, gradient, variable, learning_rate):
+    def update_step(self, gradient, variable, step_values):
+        """V := momentum * V + lr * g'; w := w - V, as TF's fused ResourceApplyMomentum with its learning
+        rate 1 and its gradient lr * g' (its accumulator is then exactly Detectron's V)."""
         index = self._get_variable_index(variable)
         grad_factor, weight_decay = self._variable_rules[index]
-        dtype = variable.dtype
-        gradient = tf.cast(gradient, dtype)
+        gradient = tf.cast(gradient, tf.float32)
         if weight_decay:
             gradient = gradient + weight_decay * variable
-        if grad_factor != 1.0:
-            gradient = grad_factor * gradient
-        velocity = self.momentums[index]
-        carried = tf.cast(self.momentum * self._momentum_scale, dtype) * velocity
-        self.assign(velocity, carried + tf.cast(learning_rate, dtype) * gradient)
-        self.assign_sub(variable, velocity)
+        tf.raw_ops.ResourceApplyMomentum(
+            var=variable.handle,
+            accum=self.momentums[index].handle,
+            lr=step_values["one"],
+            grad=step_values["scaled_lr"][str(grad_factor)] * gradient,
+            momentum=step_values["momentum"],
+            use_locking=False,
+            use_nesterov=False,
+        )
 
     def get_config(self):
         config = super().get_config()
