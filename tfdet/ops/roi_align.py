@@ -53,9 +53,10 @@ def roi_align(features, boxes, box_indices, output_size, spatial_scale, sampling
     features = tf.convert_to_tensor(features)
     boxes = tf.stop_gradient(tf.convert_to_tensor(boxes))
     box_indices = tf.cast(box_indices, tf.int32)
-    if sampling_ratio > 0 and not xla and features.dtype != tf.float64:
-        return _roi_align_crop_and_resize(features, boxes, box_indices, (out_h, out_w), spatial_scale,
-                                          sampling_ratio, aligned)
+    if uses_crop_and_resize(features.dtype, sampling_ratio, xla):
+        shape = tf.shape(features)
+        lattices = crop_lattices(boxes, spatial_scale, shape[1], shape[2], (out_h, out_w), sampling_ratio, aligned)
+        return pool_crop_lattices(features, lattices, box_indices, (out_h, out_w), sampling_ratio)
     if sampling_ratio > 0:
         return _roi_align_fixed_grid(features, boxes, box_indices, (out_h, out_w), spatial_scale,
                                      sampling_ratio, aligned)
@@ -76,18 +77,28 @@ def _pixel_table(features):
     return tf.reshape(features, [-1, channels])
 
 
-def _roi_align_crop_and_resize(features, boxes, box_indices, output_size, spatial_scale, sampling_ratio,
-                               aligned):
-    """RoIAlign with a fixed grid by CropAndResize on the edge-padded map, then the mean of each bin."""
-    out_h, out_w = output_size
-    shape = tf.shape(features)
+def uses_crop_and_resize(dtype, sampling_ratio, xla=False):
+    """Whether `roi_align` pools by CropAndResize (`crop_lattices` + `pool_crop_lattices`): a fixed grid,
+    no XLA, and features in at most 32 bits."""
+    return sampling_ratio > 0 and not xla and tf.as_dtype(dtype) != tf.float64
+
+
+def crop_lattices(boxes, spatial_scale, height, width, output_size, sampling_ratio, aligned):
+    """(R, 4) CropAndResize boxes (y1, x1, y2, x2) whose (out * grid)^2 lattices on the edge-padded map
+    are the RoIAlign samples of `boxes`. `spatial_scale`, `height` and `width` (the map's) may be scalars
+    or per box (R,), so that every FPN level's boxes are computed at once."""
+    out_h, out_w = _pair(output_size)
+    y_first, y_last = _lattice_ends(boxes[:, 1], boxes[:, 3], spatial_scale, out_h, sampling_ratio, height, aligned)
+    x_first, x_last = _lattice_ends(boxes[:, 0], boxes[:, 2], spatial_scale, out_w, sampling_ratio, width, aligned)
+    return tf.stack([y_first, x_first, y_last, x_last], axis=1)
+
+
+def pool_crop_lattices(features, lattices, box_indices, output_size, sampling_ratio):
+    """RoIAlign with a fixed grid: CropAndResize of the `crop_lattices` on the edge-padded map, then the mean
+    of each bin."""
+    out_h, out_w = _pair(output_size)
     padded = tf.pad(tf.cast(features, tf.float32), [[0, 0], [1, 1], [1, 1], [0, 0]], mode="SYMMETRIC")
-    y_first, y_last = _lattice_ends(boxes[:, 1], boxes[:, 3], spatial_scale, out_h, sampling_ratio, shape[1],
-                                    aligned)
-    x_first, x_last = _lattice_ends(boxes[:, 0], boxes[:, 2], spatial_scale, out_w, sampling_ratio, shape[2],
-                                    aligned)
-    samples = crop_and_resize(padded, tf.stack([y_first, x_first, y_last, x_last], axis=1), box_indices,
-                              (out_h * sampling_ratio, out_w * sampling_ratio))
+    samples = crop_and_resize(padded, lattices, box_indices, (out_h * sampling_ratio, out_w * sampling_ratio))
     bins = tf.nn.avg_pool2d(samples, sampling_ratio, sampling_ratio, "VALID")  # the bin means
     return tf.cast(bins, features.dtype)
 
@@ -121,15 +132,12 @@ def _crop_and_resize_image_gradient(upstream, boxes, box_indices, image_shape):
     rows, row_weights = _lattice_corners(boxes[:, 0], boxes[:, 2], upstream.shape[1], height)
     cols, col_weights = _lattice_corners(boxes[:, 1], boxes[:, 3], upstream.shape[2], width)
     row_starts = (box_indices[:, None, None] * height + rows) * width
+    # Every (row corner, column corner) pair of every sample at once: (R, h, w, 2, 2) pixels and weights.
+    pixels = row_starts[:, :, None, :, None] + cols[:, None, :, None, :]
+    weights = row_weights[:, :, None, :, None] * col_weights[:, None, :, None, :]
+    contributions = upstream[:, :, :, None, None, :] * weights[..., None]
     num_pixels = image_shape[0] * height * width
-    gradient = None
-    for a in range(2):
-        for b in range(2):
-            pixels = row_starts[:, :, None, a] + cols[:, None, :, b]
-            weights = row_weights[:, :, None, a] * col_weights[:, None, :, b]
-            term = tf.math.unsorted_segment_sum(_pixel_table(upstream * weights[..., None]),
-                                                tf.reshape(pixels, [-1]), num_pixels)
-            gradient = term if gradient is None else gradient + term
+    gradient = tf.math.unsorted_segment_sum(_pixel_table(contributions), tf.reshape(pixels, [-1]), num_pixels)
     return tf.reshape(gradient, image_shape)
 
 
