@@ -39,23 +39,18 @@ def multilevel_roi_align(features_by_level, boxes, box_indices, output_size, sam
     boxes = tf.stop_gradient(tf.convert_to_tensor(boxes))
     box_indices = tf.cast(box_indices, tf.int32)
     partitions = map_rois_to_fpn_levels(boxes, k_min, k_max, canonical_scale, canonical_level) - k_min
-    positions = tf.dynamic_partition(tf.range(tf.shape(boxes)[0]), partitions, num_levels)
-    level_images = tf.dynamic_partition(box_indices, partitions, num_levels)
     features_by_level = [tf.convert_to_tensor(features) for features in features_by_level]
     if uses_crop_and_resize(features_by_level[0].dtype, sampling_ratio, xla):
-        # Every box's sample lattice at its own level's scale and map size in one computation (per level, it
-        # would repeat the same few dozen ops: graph-building time), then one CropAndResize per level.
+        # Every box's sample lattice at its own level's scale and map size in one computation, and one
+        # gradient for all levels (per level, they would repeat the same few dozen ops: graph-building time).
         shapes = tf.stack([tf.shape(features)[1:3] for features in features_by_level])
         box_shapes = tf.gather(shapes, partitions)
         scales = tf.gather([0.5 ** level for level in range(k_min, k_max + 1)], partitions)
         lattices = crop_lattices(boxes, scales, box_shapes[:, 0], box_shapes[:, 1], output_size, sampling_ratio,
                                  aligned)
-        level_lattices = tf.dynamic_partition(lattices, partitions, num_levels)
-        pooled = [
-            pool_crop_lattices(features, level_lattices[i], level_images[i], output_size, sampling_ratio)
-            for i, features in enumerate(features_by_level)
-        ]
-        return tf.dynamic_stitch(positions, pooled)
+        return pool_crop_lattices(features_by_level, lattices, box_indices, partitions, output_size, sampling_ratio)
+    positions = tf.dynamic_partition(tf.range(tf.shape(boxes)[0]), partitions, num_levels)
+    level_images = tf.dynamic_partition(box_indices, partitions, num_levels)
     level_boxes = tf.dynamic_partition(boxes, partitions, num_levels)
     pooled = [
         roi_align(features, level_boxes[i], level_images[i], output_size, 0.5 ** (k_min + i),

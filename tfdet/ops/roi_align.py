@@ -56,7 +56,7 @@ def roi_align(features, boxes, box_indices, output_size, spatial_scale, sampling
     if uses_crop_and_resize(features.dtype, sampling_ratio, xla):
         shape = tf.shape(features)
         lattices = crop_lattices(boxes, spatial_scale, shape[1], shape[2], (out_h, out_w), sampling_ratio, aligned)
-        return pool_crop_lattices(features, lattices, box_indices, (out_h, out_w), sampling_ratio)
+        return pool_crop_lattices([features], lattices, box_indices, None, (out_h, out_w), sampling_ratio)
     if sampling_ratio > 0:
         return _roi_align_fixed_grid(features, boxes, box_indices, (out_h, out_w), spatial_scale,
                                      sampling_ratio, aligned)
@@ -93,69 +93,114 @@ def crop_lattices(boxes, spatial_scale, height, width, output_size, sampling_rat
     return tf.stack([y_first, x_first, y_last, x_last], axis=1)
 
 
-def pool_crop_lattices(features, lattices, box_indices, output_size, sampling_ratio):
-    """RoIAlign with a fixed grid: CropAndResize of the `crop_lattices` on the edge-padded map, then the mean
-    of each bin."""
+def pool_crop_lattices(features_by_level, lattices, box_indices, levels, output_size, sampling_ratio):
+    """RoIAlign with a fixed grid: CropAndResize of each box's `crop_lattices` on its map, edge-padded, then
+    the mean of each bin. Box r is read from `features_by_level[levels[r]]` (`levels` None: one map)."""
     out_h, out_w = _pair(output_size)
-    padded = tf.pad(tf.cast(features, tf.float32), [[0, 0], [1, 1], [1, 1], [0, 0]], mode="SYMMETRIC")
-    samples = crop_and_resize(padded, lattices, box_indices, (out_h * sampling_ratio, out_w * sampling_ratio))
+    padded = [tf.pad(tf.cast(features, tf.float32), [[0, 0], [1, 1], [1, 1], [0, 0]], mode="SYMMETRIC")
+              for features in features_by_level]
+    samples = crop_and_resize_levels(padded, lattices, box_indices, levels,
+                                     (out_h * sampling_ratio, out_w * sampling_ratio))
     bins = tf.nn.avg_pool2d(samples, sampling_ratio, sampling_ratio, "VALID")  # the bin means
-    return tf.cast(bins, features.dtype)
+    return tf.cast(bins, features_by_level[0].dtype)
 
 
 def crop_and_resize(image, boxes, box_indices, crop_size):
     """`tf.image.crop_and_resize` (bilinear, 0 outside) of a float32 `image`, with an exact gradient w.r.t.
-    the image (boxes are constants).
+    the image (boxes are constants): `crop_and_resize_levels` of one image."""
+    return crop_and_resize_levels([image], boxes, box_indices, None, crop_size)
+
+
+def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size):
+    """`tf.image.crop_and_resize` of box r from `images[levels[r]]` (float32 maps of any sizes, e.g. a
+    pyramid's; `levels` None: `images` holds one), crops in the boxes' order, with an exact gradient w.r.t.
+    the images (boxes are constants).
 
     TF's CPU gradient kernel shards the boxes over threads that add into the same pixels without
     synchronisation, so where boxes overlap it loses updates (6 % of the gradient, measured with 2 threads).
     This gradient takes the kernel's sample positions and sums each sample's four bilinear corner
-    contributions per pixel with segment sums: deterministic, nothing lost.
+    contributions per pixel with one segment sum over every image's pixels: deterministic, nothing lost.
     """
-    # boxes and box_indices are arguments (with no gradient), not captures: in graph mode tf.custom_gradient
-    # walks the graph back from the crops to its arguments, and a capture would send it through the whole
-    # network that computed the boxes (0.5 s of tracing per call on the tiny model).
+    num_images = len(images)
+    # boxes, box_indices and levels are arguments (with no gradient), not captures: in graph mode
+    # tf.custom_gradient walks the graph back from the crops to its arguments, and a capture would send it
+    # through the whole network that computed the boxes (0.5 s of tracing per call on the tiny model).
     @tf.custom_gradient
-    def crop(image, boxes, box_indices):
+    def crop(boxes, box_indices, levels, *images):
+        if num_images == 1:
+            crops = tf.image.crop_and_resize(images[0], boxes, box_indices, crop_size)
+        else:
+            positions = tf.dynamic_partition(tf.range(tf.shape(boxes)[0]), levels, num_images)
+            level_boxes = tf.dynamic_partition(boxes, levels, num_images)
+            level_indices = tf.dynamic_partition(box_indices, levels, num_images)
+            crops = tf.dynamic_stitch(positions, [
+                tf.image.crop_and_resize(image, level_boxes[i], level_indices[i], crop_size)
+                for i, image in enumerate(images)
+            ])
+
         def gradient(upstream):
-            return _crop_and_resize_image_gradient(upstream, boxes, box_indices, tf.shape(image)), None, None
+            image_shapes = [tf.shape(image) for image in images]
+            image_gradients = _crop_and_resize_images_gradient(
+                upstream, boxes, box_indices, levels if num_images > 1 else None, image_shapes
+            )
+            return (None, None, None, *image_gradients)
 
-        return tf.image.crop_and_resize(image, boxes, box_indices, crop_size), gradient
+        return crops, gradient
 
-    return crop(image, boxes, box_indices)
+    levels = tf.zeros([], tf.int32) if levels is None else tf.cast(levels, tf.int32)
+    return crop(boxes, box_indices, levels, *images)
 
 
-def _crop_and_resize_image_gradient(upstream, boxes, box_indices, image_shape):
-    """The transpose of CropAndResize for the (N, H, W, C) image of `image_shape`, given the gradient
-    (R, crop_h, crop_w, C) of its crops."""
-    height, width = image_shape[1], image_shape[2]
-    rows, row_weights = _lattice_corners(boxes[:, 0], boxes[:, 2], upstream.shape[1], height)
-    cols, col_weights = _lattice_corners(boxes[:, 1], boxes[:, 3], upstream.shape[2], width)
-    row_starts = (box_indices[:, None, None] * height + rows) * width
+def _crop_and_resize_images_gradient(upstream, boxes, box_indices, levels, image_shapes):
+    """The transpose of `crop_and_resize_levels` for the (N, H, W, C) images of `image_shapes`, given the
+    gradient (R, crop_h, crop_w, C) of its crops: the images' pixels as one table, one segment sum."""
+    crop_h, crop_w = upstream.shape[1], upstream.shape[2]
+    shapes = tf.stack(image_shapes)
+    sizes = tf.reduce_prod(shapes[:, :3], axis=1)
+    if levels is None:  # one image: its sizes for every box, no offset
+        heights, widths, offsets = shapes[0, 1], shapes[0, 2], 0
+    else:  # each box's own image, whose pixels start after those of the images before it
+        box_shapes = tf.gather(shapes, levels)
+        heights, widths = box_shapes[:, 1], box_shapes[:, 2]
+        offsets = tf.gather(tf.cumsum(sizes, exclusive=True), levels)
+    y1, x1, y2, x2 = tf.unstack(boxes, axis=1)
+    rows, row_weights = _lattice_corners(y1, y2, crop_h, heights)
+    cols, col_weights = _lattice_corners(x1, x2, crop_w, widths)
+    row_starts = _per_box(offsets) + (_per_box(box_indices) * _per_box(heights) + rows) * _per_box(widths)
     # Every (row corner, column corner) pair of every sample at once: (R, h, w, 2, 2) pixels and weights.
-    pixels = row_starts[:, :, None, :, None] + cols[:, None, :, None, :]
-    weights = row_weights[:, :, None, :, None] * col_weights[:, None, :, None, :]
-    contributions = upstream[:, :, :, None, None, :] * weights[..., None]
-    num_pixels = image_shape[0] * height * width
-    gradient = tf.math.unsorted_segment_sum(_pixel_table(contributions), tf.reshape(pixels, [-1]), num_pixels)
-    return tf.reshape(gradient, image_shape)
+    pixels = tf.reshape(row_starts, [-1, crop_h, 1, 2, 1]) + tf.reshape(cols, [-1, 1, crop_w, 1, 2])
+    weights = tf.reshape(row_weights, [-1, crop_h, 1, 2, 1]) * tf.reshape(col_weights, [-1, 1, crop_w, 1, 2])
+    contributions = tf.expand_dims(tf.expand_dims(upstream, 3), 3) * tf.expand_dims(weights, -1)
+    total = tf.math.unsorted_segment_sum(_pixel_table(contributions), tf.reshape(pixels, [-1]),
+                                         tf.reduce_sum(sizes))
+    if len(image_shapes) == 1:
+        return [tf.reshape(total, image_shapes[0])]
+    return [tf.reshape(part, shape) for part, shape in zip(tf.split(total, sizes, num=len(image_shapes)),
+                                                            image_shapes)]
+
+
+def _per_box(values):
+    """(R,) per-box values (or one scalar for every box) shaped to broadcast against (R, count, 2)."""
+    return tf.reshape(values, [-1, 1, 1])
 
 
 def _lattice_corners(first, last, count, length):
-    """CropAndResize's `count` samples per box along one axis (normalised ends `first`, `last`), computed
-    as its kernel does: the two pixels around each sample (floor, ceil) and their bilinear weights, both
-    weights 0 (and the pixels 0) for a sample outside [0, length - 1], which the kernel skips."""
-    scale = tf.cast(length - 1, tf.float32)
+    """CropAndResize's `count` samples per box along one axis (normalised ends `first`, `last` (R,), image
+    `length` per box or one for all), computed as its kernel does: the two pixels around each sample (floor,
+    ceil) and their bilinear weights, both weights 0 (and the pixels 0) for a sample outside
+    [0, length - 1], which the kernel skips."""
+    scale = tf.reshape(tf.cast(length - 1, tf.float32), [-1, 1])
+    first, last = tf.reshape(first, [-1, 1]), tf.reshape(last, [-1, 1])
     if count > 1:
         step = (last - first) * scale / (count - 1)
-        positions = (first * scale)[:, None] + tf.range(count, dtype=tf.float32) * step[:, None]
+        positions = first * scale + tf.range(count, dtype=tf.float32) * step
     else:
-        positions = (0.5 * (first + last) * scale)[:, None]
-    inside = (positions >= 0.0) & (positions <= scale)
+        positions = 0.5 * (first + last) * scale
+    inside = tf.expand_dims((positions >= 0.0) & (positions <= scale), -1)
     low = tf.floor(positions)
     lerp = positions - low
-    corners = tf.where(inside[..., None], tf.stack([low, tf.math.ceil(positions)], -1), 0.0)
-    weights = tf.where(inside[..., None], tf.stack([1.0 - lerp, lerp], -1), 0.0)
+    corners = tf.where(inside, tf.stack([low, tf.math.ceil(positions)], -1), 0.0)
+    weights = tf.where(inside, tf.stack([1.0 - lerp, lerp], -1), 0.0)
     return tf.cast(corners, tf.int32), weights
 
 
