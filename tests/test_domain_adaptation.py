@@ -52,7 +52,9 @@ C4 = (
 
 
 def da_cfg(*overrides):
-    return load_config(DA_CONFIG, list(overrides))
+    """The shapes DA config with the fork's image-level layout (one classifier on every body output); the
+    tests of the shipped layout on ResNet stages (TFDET.DA_IMG_FEATURES) override it."""
+    return load_config(DA_CONFIG, ["TFDET.DA_IMG_FEATURES", "[]", *overrides])
 
 
 def sigmoid_bce(logits, labels):

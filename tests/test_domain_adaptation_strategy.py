@@ -31,6 +31,7 @@ PER_WEIGHT_TOLERANCE = 2e-3
 # One device's batch [s0, t0, s1, t1]: replica k of two gets [s_k, t_k] with the same per-image seeds (the
 # pipeline's batch of 4 is [s0, s1, t0, t1]).
 REPLICA_ORDER = [0, 2, 1, 3]
+DA_CLASSIFIER_WEIGHTS = ("res2_conv1_da_w", "res3_conv1_da_w", "fc1_da_w", "fc3_da_w")
 
 
 def da_cfg(*overrides):
@@ -82,8 +83,9 @@ def test_one_da_step_mirrored_over_two_cpus_equals_one_device_on_the_global_batc
     outputs = {"output/loss_rpn_cls", "output/loss_cls", "output/loss_da_image", "output/loss_da_instance",
                "output/loss_da_consistency"}
     updates = assert_same_step(single, mirrored, outputs, PER_WEIGHT_TOLERANCE, ALL_WEIGHTS_TOLERANCE)
-    assert {"conv1_da_w", "fc3_da_w"} <= set(updates)
-    assert min(np.abs(updates[blob][0]).max() for blob in ("conv1_da_w", "fc1_da_w", "fc3_da_w")) > 0
+    # The shipped config's image-level classifiers sit on res2 and res3 (TFDET.DA_IMG_FEATURES).
+    assert {"res2_conv1_da_w", "res3_conv2_da_w", "fc3_da_w"} <= set(updates)
+    assert min(np.abs(updates[blob][0]).max() for blob in DA_CLASSIFIER_WEIGHTS) > 0
 
 
 def multi_worker_child_main(data_dir, out_dir):
@@ -130,4 +132,4 @@ def test_one_da_step_on_two_workers_equals_one_device_on_the_global_batch(tmp_pa
     outputs = {"output/loss_rpn_cls", "output/loss_cls", "output/loss_da_image", "output/loss_da_instance",
                "output/loss_da_consistency", "output/da_img_acc", "output/da_ins_acc"}
     updates = assert_same_step(single, first, outputs, PER_WEIGHT_TOLERANCE, ALL_WEIGHTS_TOLERANCE)
-    assert min(np.abs(updates[blob][0]).max() for blob in ("conv1_da_w", "fc1_da_w", "fc3_da_w")) > 0
+    assert min(np.abs(updates[blob][0]).max() for blob in DA_CLASSIFIER_WEIGHTS) > 0
