@@ -11,9 +11,15 @@ import tensorflow as tf
 DEFAULT_SCALE_CLIP = math.log(1000.0 / 16.0)
 
 
+def coordinates(boxes):
+    """x1, y1, x2, y2 of (..., 4) boxes: one Unpack op (indexing each costs a StridedSlice and 3 Consts)."""
+    return tf.unstack(boxes, num=4, axis=-1)
+
+
 def box_widths_heights(boxes):
     """Widths and heights with the +1 convention."""
-    return boxes[..., 2] - boxes[..., 0] + 1.0, boxes[..., 3] - boxes[..., 1] + 1.0
+    x1, y1, x2, y2 = coordinates(boxes)
+    return x2 - x1 + 1.0, y2 - y1 + 1.0
 
 
 def box_areas(boxes):
@@ -28,15 +34,16 @@ def decode_boxes(boxes, deltas, weights=(1.0, 1.0, 1.0, 1.0), scale_clip=DEFAULT
     dw, dh are divided by their weights and clipped from above at `scale_clip` before exp();
     x2 = ctr + w/2 - 1 (Detectron's asymmetric "-1"). `boxes` broadcasts against `deltas`.
     """
-    boxes = tf.cast(boxes, deltas.dtype)
-    widths, heights = box_widths_heights(boxes)
-    ctr_x = boxes[..., 0] + 0.5 * widths
-    ctr_y = boxes[..., 1] + 0.5 * heights
+    x1, y1, x2, y2 = coordinates(tf.cast(boxes, deltas.dtype))
+    widths, heights = x2 - x1 + 1.0, y2 - y1 + 1.0
+    ctr_x = x1 + 0.5 * widths
+    ctr_y = y1 + 0.5 * heights
     wx, wy, ww, wh = (float(w) for w in weights)
-    dx = deltas[..., 0] / wx
-    dy = deltas[..., 1] / wy
-    dw = tf.minimum(deltas[..., 2] / ww, scale_clip)
-    dh = tf.minimum(deltas[..., 3] / wh, scale_clip)
+    delta_x, delta_y, delta_w, delta_h = coordinates(deltas)
+    dx = delta_x / wx
+    dy = delta_y / wy
+    dw = tf.minimum(delta_w / ww, scale_clip)
+    dh = tf.minimum(delta_h / wh, scale_clip)
     pred_ctr_x = dx * widths + ctr_x
     pred_ctr_y = dy * heights + ctr_y
     pred_w = tf.exp(dw) * widths
@@ -54,12 +61,14 @@ def decode_boxes(boxes, deltas, weights=(1.0, 1.0, 1.0, 1.0), scale_clip=DEFAULT
 
 def encode_boxes(boxes, target_boxes, weights=(1.0, 1.0, 1.0, 1.0)):
     """Regression targets mapping `boxes` onto `target_boxes`: Detectron's `bbox_transform_inv`."""
-    widths, heights = box_widths_heights(boxes)
-    ctr_x = boxes[..., 0] + 0.5 * widths
-    ctr_y = boxes[..., 1] + 0.5 * heights
-    target_widths, target_heights = box_widths_heights(target_boxes)
-    target_ctr_x = target_boxes[..., 0] + 0.5 * target_widths
-    target_ctr_y = target_boxes[..., 1] + 0.5 * target_heights
+    x1, y1, x2, y2 = coordinates(boxes)
+    widths, heights = x2 - x1 + 1.0, y2 - y1 + 1.0
+    ctr_x = x1 + 0.5 * widths
+    ctr_y = y1 + 0.5 * heights
+    target_x1, target_y1, target_x2, target_y2 = coordinates(target_boxes)
+    target_widths, target_heights = target_x2 - target_x1 + 1.0, target_y2 - target_y1 + 1.0
+    target_ctr_x = target_x1 + 0.5 * target_widths
+    target_ctr_y = target_y1 + 0.5 * target_heights
     wx, wy, ww, wh = (float(w) for w in weights)
     return tf.stack(
         [
@@ -82,12 +91,13 @@ def clip_boxes(boxes, height, width):
         width = width[..., None]
     x_max = width - 1.0
     y_max = height - 1.0
+    x1, y1, x2, y2 = coordinates(boxes)
     return tf.stack(
         [
-            tf.maximum(tf.minimum(boxes[..., 0], x_max), 0.0),
-            tf.maximum(tf.minimum(boxes[..., 1], y_max), 0.0),
-            tf.maximum(tf.minimum(boxes[..., 2], x_max), 0.0),
-            tf.maximum(tf.minimum(boxes[..., 3], y_max), 0.0),
+            tf.maximum(tf.minimum(x1, x_max), 0.0),
+            tf.maximum(tf.minimum(y1, y_max), 0.0),
+            tf.maximum(tf.minimum(x2, x_max), 0.0),
+            tf.maximum(tf.minimum(y2, y_max), 0.0),
         ],
         axis=-1,
     )
@@ -101,10 +111,10 @@ def large_boxes_mask(boxes, min_size):
 
 def pairwise_iou(boxes_a, boxes_b):
     """IoU matrix (..., N, M) with +1 areas, computed in the same order as Detectron's NMS."""
-    a = boxes_a[..., :, None, :]
-    b = boxes_b[..., None, :, :]
-    inter_w = tf.maximum(0.0, tf.minimum(a[..., 2], b[..., 2]) - tf.maximum(a[..., 0], b[..., 0]) + 1.0)
-    inter_h = tf.maximum(0.0, tf.minimum(a[..., 3], b[..., 3]) - tf.maximum(a[..., 1], b[..., 1]) + 1.0)
+    a_x1, a_y1, a_x2, a_y2 = (tf.expand_dims(c, -1) for c in coordinates(boxes_a))
+    b_x1, b_y1, b_x2, b_y2 = (tf.expand_dims(c, -2) for c in coordinates(boxes_b))
+    inter_w = tf.maximum(0.0, tf.minimum(a_x2, b_x2) - tf.maximum(a_x1, b_x1) + 1.0)
+    inter_h = tf.maximum(0.0, tf.minimum(a_y2, b_y2) - tf.maximum(a_y1, b_y1) + 1.0)
     inter = inter_w * inter_h
     union = box_areas(boxes_a)[..., :, None] + box_areas(boxes_b)[..., None, :] - inter
     return inter / union
@@ -112,12 +122,11 @@ def pairwise_iou(boxes_a, boxes_b):
 
 def xyxy_to_xywh(boxes):
     """x1,y1,x2,y2 -> x,y,w,h with w = x2 - x1 + 1 (COCO results as Detectron writes them)."""
-    widths, heights = box_widths_heights(boxes)
-    return tf.stack([boxes[..., 0], boxes[..., 1], widths, heights], axis=-1)
+    x1, y1, x2, y2 = coordinates(boxes)
+    return tf.stack([x1, y1, x2 - x1 + 1.0, y2 - y1 + 1.0], axis=-1)
 
 
 def xywh_to_xyxy(boxes):
     """x,y,w,h -> x1,y1,x2,y2 with x2 = x + max(w - 1, 0) (Detectron's `xywh_to_xyxy`)."""
-    x2 = boxes[..., 0] + tf.maximum(0.0, boxes[..., 2] - 1.0)
-    y2 = boxes[..., 1] + tf.maximum(0.0, boxes[..., 3] - 1.0)
-    return tf.stack([boxes[..., 0], boxes[..., 1], x2, y2], axis=-1)
+    x, y, w, h = coordinates(boxes)
+    return tf.stack([x, y, x + tf.maximum(0.0, w - 1.0), y + tf.maximum(0.0, h - 1.0)], axis=-1)

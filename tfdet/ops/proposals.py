@@ -9,7 +9,7 @@ All images and levels go through one batched NMS call.
 
 import tensorflow as tf
 
-from tfdet.ops.boxes import DEFAULT_SCALE_CLIP, clip_boxes, decode_boxes
+from tfdet.ops.boxes import DEFAULT_SCALE_CLIP, clip_boxes, coordinates, decode_boxes
 from tfdet.ops.nms import batched_nms
 
 
@@ -22,12 +22,13 @@ def proposal_keep_mask(boxes, min_size, image_info):
     width = image_info[:, 1:2]
     scale = image_info[:, 2:3]
     min_size = tf.maximum(tf.cast(min_size, boxes.dtype), 1.0)
-    widths = boxes[..., 2] - boxes[..., 0] + 1.0
-    heights = boxes[..., 3] - boxes[..., 1] + 1.0
-    widths_original = (boxes[..., 2] - boxes[..., 0]) / scale + 1.0
-    heights_original = (boxes[..., 3] - boxes[..., 1]) / scale + 1.0
-    centre_x = boxes[..., 0] + widths / 2.0
-    centre_y = boxes[..., 1] + heights / 2.0
+    x1, y1, x2, y2 = coordinates(boxes)
+    widths = x2 - x1 + 1.0
+    heights = y2 - y1 + 1.0
+    widths_original = (x2 - x1) / scale + 1.0
+    heights_original = (y2 - y1) / scale + 1.0
+    centre_x = x1 + widths / 2.0
+    centre_y = y1 + heights / 2.0
     return (
         (widths_original >= min_size)
         & (heights_original >= min_size)
@@ -81,15 +82,18 @@ def generate_proposals(
     candidates = [_top_level_candidates(s, d, a, pre_nms_top_n) for s, d, a in level_outputs]
     # Rows: level-major, then image, each padded to the widest level's candidate count; the boxes of all
     # levels are decoded, clipped and filtered at once (the same arithmetic per box, fewer graph ops).
-    width = tf.reduce_max(tf.stack([tf.shape(c[2])[1] for c in candidates]))
+    counts = tf.stack([tf.shape(c[2])[1] for c in candidates])
+    width = tf.reduce_max(counts)
 
-    def padded(values):
-        return tf.pad(values, [[0, 0], [0, width - tf.shape(values)[1]]] + [[0, 0]] * (values.shape.rank - 2))
+    def padded_row(level_anchors, level_deltas, level_scores):
+        """The level's (B, P, 9) anchors, deltas and scores, zero-padded to `width` candidates."""
+        columns = tf.concat([level_anchors, level_deltas, tf.cast(level_scores, level_deltas.dtype)[..., None]], -1)
+        return tf.pad(columns, [[0, 0], [0, width - tf.shape(columns)[1]], [0, 0]])
 
-    anchors = tf.concat([padded(c[0]) for c in candidates], axis=0)
-    deltas = tf.concat([padded(c[1]) for c in candidates], axis=0)
-    scores = tf.concat([padded(c[2]) for c in candidates], axis=0)
-    real = tf.concat([padded(tf.ones_like(c[2], tf.bool)) for c in candidates], axis=0)
+    rows = tf.concat([padded_row(*c) for c in candidates], axis=0)
+    anchors, deltas, scores = tf.split(rows, [4, 4, 1], axis=-1)
+    scores = tf.squeeze(scores, -1)
+    real = tf.sequence_mask(tf.repeat(counts, batch), width)
     row_info = tf.tile(image_info, [num_levels, 1])
     boxes = clip_boxes(decode_boxes(anchors, deltas, scale_clip=scale_clip), row_info[:, 0], row_info[:, 1])
     valid = real & proposal_keep_mask(boxes, min_size, row_info)
