@@ -31,14 +31,19 @@ def group_norm(x, gamma, beta, groups, epsilon):
 
     @tf.custom_gradient
     def normalize(x, gamma, beta):
+        # Each constant is made once and reused (every Python literal handed to an op becomes a Const op).
+        group_dims = tf.constant([groups, per_group])
+        statistics, sums = tf.constant(statistics_axes), tf.constant(sum_axes)
         shape = tf.shape(x)
-        grouped_shape = tf.concat([shape[:-1], [groups, per_group]], axis=0)
+        grouped_shape = tf.concat([shape[:-1], group_dims], axis=0)
         grouped = tf.reshape(x, grouped_shape)
-        mean, variance = tf.nn.moments(grouped, statistics_axes, keepdims=True)
+        # tf.nn.moments' arithmetic (mean, then the mean squared difference from it) without its StopGradient.
+        mean = tf.reduce_mean(grouped, statistics, keepdims=True)
+        variance = tf.reduce_mean(tf.math.squared_difference(grouped, mean), statistics, keepdims=True)
         inv_std = tf.math.rsqrt(variance + epsilon)
-        grouped_gamma = tf.reshape(gamma, [groups, per_group])
+        grouped_gamma = tf.reshape(gamma, group_dims)
         scale = inv_std * grouped_gamma
-        y = grouped * scale + (tf.reshape(beta, [groups, per_group]) - mean * scale)
+        y = grouped * scale + (tf.reshape(beta, group_dims) - mean * scale)
 
         def gradient(dy):
             dy = tf.reshape(dy, grouped_shape)
@@ -46,11 +51,11 @@ def group_norm(x, gamma, beta, groups, epsilon):
             d_hat = dy * grouped_gamma
             dx = inv_std * (
                 d_hat
-                - tf.reduce_mean(d_hat, statistics_axes, keepdims=True)
-                - x_hat * tf.reduce_mean(d_hat * x_hat, statistics_axes, keepdims=True)
+                - tf.reduce_mean(d_hat, statistics, keepdims=True)
+                - x_hat * tf.reduce_mean(d_hat * x_hat, statistics, keepdims=True)
             )
-            dgamma = tf.reshape(tf.reduce_sum(dy * x_hat, sum_axes), [channels])
-            dbeta = tf.reshape(tf.reduce_sum(dy, sum_axes), [channels])
+            dgamma = tf.reshape(tf.reduce_sum(dy * x_hat, sums), [channels])
+            dbeta = tf.reshape(tf.reduce_sum(dy, sums), [channels])
             return tf.reshape(dx, shape), dgamma, dbeta
 
         return tf.reshape(y, shape), gradient
