@@ -10,7 +10,8 @@ iteration; the arms differ in what else each iteration holds and which domain lo
 - zero-weights: DA on (1 source + 1 unlabelled `shapes_target_train` image per iteration), every
   DA_*_LOSS_WEIGHT 0: the control for the target image sharing the batch's proposal top-N;
 - image: DA_IMG_LOSS_WEIGHT only; instance: DA_INS_LOSS_WEIGHT only;
-- full: image + instance + consistency, the config's DA settings;
+- full: image + instance + consistency, the config's DA settings (image-level classifiers on res2 and res3,
+  TFDET.DA_IMG_FEATURES);
 - no-reversal (not run by default): full with both GRL weights 0: the classifiers learn, the features are
   not pushed back; its accuracies against full's show the reversal at work.
 Each model (the pretrained one too) is evaluated (COCO bbox AP, AP50, pycocotools) on the labelled target
@@ -23,7 +24,7 @@ interrupted experiment resumes, and several processes with other --seeds can sha
 prints the table of whatever is there).
 
     python benchmarks/da_experiment.py --out outputs/da_experiment [--pretrain-iterations 1000]
-        [--iterations 1000] [--seeds 0,1,2] [--arms source-only,zero-weights,image,instance,full] [--table]
+        [--iterations 2000] [--seeds 0,1,2] [--arms source-only,zero-weights,image,instance,full] [--table]
     (--arms no-reversal: the diagnostic arm)
 """
 
@@ -171,7 +172,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="folder of the runs (reused: finished runs are kept)")
     parser.add_argument("--pretrain-iterations", type=int, default=1000, help="source-only iterations before the arms")
-    parser.add_argument("--iterations", type=int, default=1000, help="training iterations of every arm")
+    parser.add_argument("--iterations", type=int, default=2000, help="training iterations of every arm")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated RNG_SEEDs")
     parser.add_argument("--arms", default=",".join(DEFAULT_ARMS), help=f"comma-separated arms of: {', '.join(ARMS)}")
     parser.add_argument("--opts", nargs="*", default=[], help="config overrides of every arm (KEY VALUE ...)")
