@@ -22,6 +22,13 @@ def box_widths_heights(boxes):
     return x2 - x1 + 1.0, y2 - y1 + 1.0
 
 
+def sizes_and_centres(boxes):
+    """Widths, heights (+1 convention) and centres x, y: the frame `decode_boxes` and `encode_boxes` work in."""
+    x1, y1, x2, y2 = coordinates(boxes)
+    widths, heights = x2 - x1 + 1.0, y2 - y1 + 1.0
+    return widths, heights, x1 + 0.5 * widths, y1 + 0.5 * heights
+
+
 def box_areas(boxes):
     """Areas with the +1 convention (Detectron's `boxes_area`)."""
     widths, heights = box_widths_heights(boxes)
@@ -34,10 +41,7 @@ def decode_boxes(boxes, deltas, weights=(1.0, 1.0, 1.0, 1.0), scale_clip=DEFAULT
     dw, dh are divided by their weights and clipped from above at `scale_clip` before exp();
     x2 = ctr + w/2 - 1 (Detectron's asymmetric "-1"). `boxes` broadcasts against `deltas`.
     """
-    x1, y1, x2, y2 = coordinates(tf.cast(boxes, deltas.dtype))
-    widths, heights = x2 - x1 + 1.0, y2 - y1 + 1.0
-    ctr_x = x1 + 0.5 * widths
-    ctr_y = y1 + 0.5 * heights
+    widths, heights, ctr_x, ctr_y = sizes_and_centres(tf.cast(boxes, deltas.dtype))
     wx, wy, ww, wh = (float(w) for w in weights)
     delta_x, delta_y, delta_w, delta_h = coordinates(deltas)
     dx = delta_x / wx
@@ -61,14 +65,8 @@ def decode_boxes(boxes, deltas, weights=(1.0, 1.0, 1.0, 1.0), scale_clip=DEFAULT
 
 def encode_boxes(boxes, target_boxes, weights=(1.0, 1.0, 1.0, 1.0)):
     """Regression targets mapping `boxes` onto `target_boxes`: Detectron's `bbox_transform_inv`."""
-    x1, y1, x2, y2 = coordinates(boxes)
-    widths, heights = x2 - x1 + 1.0, y2 - y1 + 1.0
-    ctr_x = x1 + 0.5 * widths
-    ctr_y = y1 + 0.5 * heights
-    target_x1, target_y1, target_x2, target_y2 = coordinates(target_boxes)
-    target_widths, target_heights = target_x2 - target_x1 + 1.0, target_y2 - target_y1 + 1.0
-    target_ctr_x = target_x1 + 0.5 * target_widths
-    target_ctr_y = target_y1 + 0.5 * target_heights
+    widths, heights, ctr_x, ctr_y = sizes_and_centres(boxes)
+    target_widths, target_heights, target_ctr_x, target_ctr_y = sizes_and_centres(target_boxes)
     wx, wy, ww, wh = (float(w) for w in weights)
     return tf.stack(
         [

@@ -50,8 +50,8 @@ def multilevel_roi_align(features_by_level, boxes, box_indices, output_size, sam
                                  aligned)
         return pool_crop_lattices(features_by_level, lattices, box_indices, partitions, output_size, sampling_ratio)
     positions = tf.dynamic_partition(tf.range(tf.shape(boxes)[0]), partitions, num_levels)
-    level_images = tf.dynamic_partition(box_indices, partitions, num_levels)
     level_boxes = tf.dynamic_partition(boxes, partitions, num_levels)
+    level_images = tf.dynamic_partition(box_indices, partitions, num_levels)
     pooled = [
         roi_align(features, level_boxes[i], level_images[i], output_size, 0.5 ** (k_min + i),
                   sampling_ratio, aligned, xla)

@@ -23,12 +23,11 @@ def proposal_keep_mask(boxes, min_size, image_info):
     scale = image_info[:, 2:3]
     min_size = tf.maximum(tf.cast(min_size, boxes.dtype), 1.0)
     x1, y1, x2, y2 = coordinates(boxes)
-    widths = x2 - x1 + 1.0
-    heights = y2 - y1 + 1.0
-    widths_original = (x2 - x1) / scale + 1.0
-    heights_original = (y2 - y1) / scale + 1.0
-    centre_x = x1 + widths / 2.0
-    centre_y = y1 + heights / 2.0
+    spans_x, spans_y = x2 - x1, y2 - y1
+    widths_original = spans_x / scale + 1.0
+    heights_original = spans_y / scale + 1.0
+    centre_x = x1 + (spans_x + 1.0) / 2.0
+    centre_y = y1 + (spans_y + 1.0) / 2.0
     return (
         (widths_original >= min_size)
         & (heights_original >= min_size)

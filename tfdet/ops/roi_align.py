@@ -147,6 +147,7 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size):
 
         return crops, gradient
 
+    # tf.custom_gradient takes tensors only: one image gets a placeholder scalar that `crop` never reads.
     levels = tf.zeros([], tf.int32) if levels is None else tf.cast(levels, tf.int32)
     return crop(boxes, box_indices, levels, *images)
 
