@@ -14,8 +14,9 @@ iteration; the arms differ in what else each iteration holds and which domain lo
   TFDET.DA_IMG_FEATURES);
 - no-reversal (not run by default): full with both GRL weights 0: the classifiers learn, the features are
   not pushed back; its accuracies against full's show the reversal at work.
-Each model (the pretrained one too) is evaluated (COCO bbox AP, AP50, pycocotools) on the labelled target
-split `shapes_target_val` and on the source split `shapes_val`. The discriminators' accuracies (`da_img_acc`,
+Each model (the pretrained one too) is evaluated (COCO bbox AP, AP50, pycocotools) on the labelled foggy
+and plain test splits `shapes_target_test` and `shapes_test` (1024 images each) and on the 64-image val splits
+`shapes_target_val` and `shapes_val`; a finished run lacking an evaluation set gets it when run again. The discriminators' accuracies (`da_img_acc`,
 `da_ins_acc` in the run's metrics.json) are summarised over training: their mean over the first, middle and
 last fifth of the logged records (0.5 = chance).
 
@@ -62,7 +63,8 @@ ARMS = {
     "no-reversal": {"MODEL.DA_HEADS.DA_IMG_GRL_WEIGHT": "0.0", "MODEL.DA_HEADS.DA_INS_GRL_WEIGHT": "0.0"},
 }
 DEFAULT_ARMS = ("source-only", "zero-weights", "image", "instance", "full")
-EVALUATION_SETS = ("shapes_target_val", "shapes_val")
+# The 1024-image test splits first: on the 64-image val splits, evaluation noise alone moves AP by a few points.
+EVALUATION_SETS = ("shapes_target_test", "shapes_test", "shapes_target_val", "shapes_val")
 METRICS = [f"{name} {m}" for name in EVALUATION_SETS for m in ("AP", "AP50")]
 ACCURACIES = ("da_img_acc", "da_ins_acc")
 
@@ -100,26 +102,40 @@ def accuracy_curve(metrics_file, name):
     return [statistics.mean(part) for part in parts]
 
 
+def run_config(arm, seed, iterations, run_dir, overrides):
+    """The config of one run: the arm's settings, the scaled schedule, the overrides, the seed."""
+    settings = SOURCE_ONLY if arm == PRETRAIN else ARMS[arm]
+    options = {**settings, **schedule(iterations), **overrides, "RNG_SEED": str(seed), "OUTPUT_DIR": str(run_dir)}
+    return load_config(CONFIG, [item for pair in options.items() for item in pair])
+
+
+def add_missing_metrics(row, cfg):
+    """Evaluates the row's weights on every evaluation set the row has no AP for yet (True if any)."""
+    missing = [name for name in EVALUATION_SETS if f"{name} AP" not in row]
+    for name in missing:
+        row[f"{name} AP"], row[f"{name} AP50"] = bbox_metrics(cfg, row["weights"], name)
+    return bool(missing)
+
+
 def train_and_evaluate(arm, seed, iterations, run_dir, overrides):
     """{metric: value} of one run: training seconds, AP and AP50 on each evaluation set, accuracy curves,
     final weights."""
-    settings = SOURCE_ONLY if arm == PRETRAIN else ARMS[arm]
-    options = {**settings, **schedule(iterations), **overrides, "RNG_SEED": str(seed), "OUTPUT_DIR": str(run_dir)}
-    cfg = load_config(CONFIG, [item for pair in options.items() for item in pair])
+    cfg = run_config(arm, seed, iterations, run_dir, overrides)
     start = time.perf_counter()
     trainer = Trainer(cfg, progress=False)
     trainer.initialize()
     result = trainer.train()
     row = {"arm": arm, "seed": seed, "iterations": iterations, "overrides": overrides,
            "train_s": time.perf_counter() - start, "weights": result.final_weights}
-    for name in EVALUATION_SETS:
-        row[f"{name} AP"], row[f"{name} AP50"] = bbox_metrics(cfg, result.final_weights, name)
+    add_missing_metrics(row, cfg)
     for name in ACCURACIES:
         row[name] = accuracy_curve(run_dir / "metrics.json", name)
     return row
 
 
 def _mean_std(values):
+    if not values:
+        return "-"
     if len(values) == 1:
         return f"{100 * values[0]:.1f}"
     return f"{100 * statistics.mean(values):.1f} ± {100 * statistics.stdev(values):.1f}"
@@ -137,7 +153,7 @@ def print_tables(out):
     print("| arm | seed | " + " | ".join(METRICS) + " | da_img_acc | da_ins_acc | train s |")
     print("|---|---|" + "---|" * (len(METRICS) + 3))
     for row in rows:
-        cells = " | ".join(f"{100 * row[m]:.1f}" for m in METRICS)
+        cells = " | ".join(f"{100 * row[m]:.1f}" if m in row else "-" for m in METRICS)
         curves = " | ".join(_curve(row, name) for name in ACCURACIES)
         print(f"| {row['arm']} | {row['seed']} | {cells} | {curves} | {row['train_s']:.0f} |")
     print("\nmean ± standard deviation over seeds (AP in %; accuracies: first/middle/last fifth of training):")
@@ -146,7 +162,7 @@ def print_tables(out):
     for arm in (PRETRAIN, *ARMS):
         arm_rows = [r for r in rows if r["arm"] == arm]
         if arm_rows:
-            cells = " | ".join(_mean_std([r[m] for r in arm_rows]) for m in METRICS)
+            cells = " | ".join(_mean_std([r[m] for r in arm_rows if m in r]) for m in METRICS)
             print(f"| {arm} | {len(arm_rows)} | {cells} |")
 
 
@@ -158,6 +174,8 @@ def run(out, arm, seed, iterations, overrides):
         if (row["iterations"], row["overrides"]) != (iterations, overrides):
             raise SystemExit(f"error: {run_dir} was run with {row['iterations']} iterations and overrides "
                              f"{row['overrides']}, not {iterations} and {overrides}: use another --out")
+        if add_missing_metrics(row, run_config(arm, seed, iterations, run_dir, overrides)):  # a newer evaluation set
+            (run_dir / "result.json").write_text(json.dumps(row, indent=1))
         return row
     print(f"{arm} seed {seed}: training {iterations} iterations ...", flush=True)
     row = train_and_evaluate(arm, seed, iterations, run_dir, overrides)

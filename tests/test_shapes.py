@@ -158,7 +158,10 @@ def test_ensure_split_generates_once_into_the_cache(tmp_path, monkeypatch):
 
 def test_registered_splits():
     assert shapes.SPLITS["shapes_train"].num_images == 512 and shapes.SPLITS["shapes_val"].num_images == 64
-    assert shapes.SPLITS["shapes_train"].seed != shapes.SPLITS["shapes_val"].seed
+    assert shapes.SPLITS["shapes_test"].num_images == shapes.SPLITS["shapes_target_test"].num_images == 1024
+    assert [shapes.SPLITS[n].style for n in ("shapes_test", "shapes_target_test")] == ["plain", "foggy"]
+    seeds = [spec.seed for spec in shapes.SPLITS.values()]
+    assert len(set(seeds)) == len(seeds)  # every split holds other scenes
 
 
 def test_catalog_uses_detectron_paths_under_the_data_root(tmp_path, monkeypatch):
