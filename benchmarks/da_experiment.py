@@ -16,9 +16,9 @@ iteration; the arms differ in what else each iteration holds and which domain lo
   not pushed back; its accuracies against full's show the reversal at work.
 Each model (the pretrained one too) is evaluated (COCO bbox AP, AP50, pycocotools) on the labelled foggy
 and plain test splits `shapes_target_test` and `shapes_test` (1024 images each) and on the 64-image val splits
-`shapes_target_val` and `shapes_val`; a finished run lacking an evaluation set gets it when run again. The discriminators' accuracies (`da_img_acc`,
-`da_ins_acc` in the run's metrics.json) are summarised over training: their mean over the first, middle and
-last fifth of the logged records (0.5 = chance).
+`shapes_target_val` and `shapes_val`; a finished run lacking an evaluation set gets it when run again. The
+discriminators' accuracies (`da_img_acc`, `da_ins_acc` in the run's metrics.json) are summarised over training:
+their mean over the first, middle and last fifth of the logged records (0.5 = chance).
 
 Each run leaves `<out>/<arm>_<seed>/result.json`; a run whose result exists is not trained again, so an
 interrupted experiment resumes, and several processes with other --seeds can share one --out (`--table`
