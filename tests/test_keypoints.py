@@ -132,6 +132,19 @@ def test_peaked_heatmaps_give_exact_positions(rng, decode):
     np.testing.assert_allclose(keypoints[..., 3], reference[..., 3], rtol=0, atol=PROB_TOLERANCE)
 
 
+def test_tied_maxima_resolve_to_the_first_as_numpy_does(decode):
+    """Flat heatmaps resize to maps whose maximum recurs at every pixel with the same interpolation
+    phase (hundreds of exact ties per map, some far apart): the first in row-major order wins."""
+    heatmaps = np.full((3, HEATMAP_SIZE, HEATMAP_SIZE, NUM_KEYPOINTS), 0.37, np.float32)
+    heatmaps[1] = -2.5
+    heatmaps[2, :, :28] = 1.0  # ties along the left half only
+    boxes = np.array([[0, 0, 1333, 999], [3.5, 7.25, 700.5, 390.75], [10, 10, 600, 610]], np.float32)
+    reference = detectron_heatmaps_to_keypoints(heatmaps, boxes)
+    keypoints = decode(heatmaps, boxes)
+    np.testing.assert_array_equal(keypoints[..., :3], reference[..., :3])
+    np.testing.assert_allclose(keypoints[..., 3], reference[..., 3], rtol=0, atol=PROB_TOLERANCE)
+
+
 def test_small_and_degenerate_boxes(rng, decode):
     """Sides under 1 px, zero and negative are raised to 1 px (a 1 x 1 map) as Detectron does."""
     boxes = np.array(

@@ -69,12 +69,29 @@ def resize_cubic_cv2(image, height, width):
     taps = tf.gather(image, indices, axis=1)  # (in_height, width, 4, ...)
     p = [taps[:, :, k] * _broadcastable(weights[:, k], 1, rank) for k in range(4)]
     rows = ((p[0] + p[1]) + p[2]) + p[3]
-    indices, weights = _opencv_cubic_taps(tf.shape(image)[0], height)
-    taps = tf.gather(rows, indices)  # (height, 4, width, ...)
-    p = [taps[:, k] * _broadcastable(weights[:, k], 0, rank) for k in range(4)]
-    simd_sum = p[0] + (p[1] + (p[2] + p[3]))
-    scalar_sum = ((p[0] + p[1]) + p[2]) + p[3]
-    return tf.where(_scalar_tail_mask(tf.shape(rows)[1:]), scalar_sum, simd_sum)
+    flat_rows = tf.reshape(rows, [tf.shape(rows)[0], -1])  # OpenCV's rows: width * channels floats
+    resized = _vertical_cubic_pass(flat_rows, *_opencv_cubic_taps(tf.shape(image)[0], height))
+    return tf.reshape(resized, tf.concat([[height], tf.shape(rows)[1:]], axis=0))
+
+
+def _vertical_cubic_pass(rows, indices, weights):
+    """OpenCV's vertical cubic pass over (in_height, row_length) rows: (height, row_length).
+
+    Its SIMD loop sums the 4 weighted taps last-to-first over whole registers; the row's last
+    row_length % 4 floats are summed first-to-last by scalar code. Each part is summed in its own
+    order from its own columns, so that no output-sized tensor is computed twice.
+    """
+    row_length = tf.shape(rows)[1]
+    simd_length = row_length - row_length % _OPENCV_SIMD_LANES
+
+    def weighted_taps(columns):
+        return [tf.gather(columns, indices[:, k]) * weights[:, k, None] for k in range(4)]
+
+    p = weighted_taps(rows[:, :simd_length])
+    simd_part = p[0] + (p[1] + (p[2] + p[3]))
+    p = weighted_taps(rows[:, simd_length:])
+    scalar_part = ((p[0] + p[1]) + p[2]) + p[3]
+    return tf.concat([simd_part, scalar_part], axis=1)
 
 
 def _ipp_linear_taps(in_size, out_size, scale=None):
@@ -123,17 +140,6 @@ def _cubic_weights(x):
     w2 = ((a + 2.0) * (1.0 - x) - (a + 3.0)) * (1.0 - x) * (1.0 - x) + 1.0
     w3 = 1.0 - w0 - w1 - w2
     return tf.stack([w0, w1, w2, w3], axis=-1)
-
-
-def _scalar_tail_mask(row_shape):
-    """Where OpenCV's vertical cubic pass falls back to scalar (forward-order) code.
-
-    Each output row is `width * channels` floats; the SIMD loop covers whole registers and sums
-    the 4 taps last-to-first, the leftover floats at the end of the row are summed first-to-last.
-    """
-    row_length = tf.reduce_prod(row_shape)
-    flat_index = tf.reshape(tf.range(row_length), row_shape)
-    return flat_index >= row_length - row_length % _OPENCV_SIMD_LANES
 
 
 def _broadcastable(vector, axis, rank):
