@@ -32,22 +32,36 @@ def prepare_batch(count, image_at, pixel_means, target_size, max_size, stride):
     original width, scale) and `image_sizes` (B, 2) int32 = original (height, width).
     """
     tf.debugging.assert_positive(count, message="the request holds no image")
-    resized = tf.TensorArray(tf.float32, size=count, infer_shape=False, element_shape=[None, None, 3])
-    info = tf.TensorArray(tf.float32, size=count, element_shape=[3])
-    sizes = tf.TensorArray(tf.int32, size=count, element_shape=[2])
-    largest = tf.zeros([2], tf.int32)
-    for i in tf.range(count):
+
+    def prepare(i, resized, info, sizes, largest):
         image = image_at(i)
         prepared, scale = prepare_image(image, pixel_means, target_size, max_size)
         size = tf.shape(image)[:2]
-        resized = resized.write(i, prepared)
-        info = info.write(i, tf.concat([tf.cast(size, tf.float32), [tf.cast(scale, tf.float32)]], axis=0))
-        sizes = sizes.write(i, size)
+        image_info = tf.concat([tf.cast(size, tf.float32), [tf.cast(scale, tf.float32)]], axis=0)
         largest = tf.maximum(largest, tf.shape(prepared)[:2])
-    padded = tf.TensorArray(tf.float32, size=count, element_shape=[None, None, 3])
-    for i in tf.range(count):
+        return i + 1, resized.write(i, prepared), info.write(i, image_info), sizes.write(i, size), largest
+
+    _, resized, info, sizes, largest = tf.while_loop(
+        lambda i, *_: i < count,
+        prepare,
+        (
+            tf.constant(0),
+            tf.TensorArray(tf.float32, size=count, infer_shape=False, element_shape=[None, None, 3]),
+            tf.TensorArray(tf.float32, size=count, element_shape=[3]),
+            tf.TensorArray(tf.int32, size=count, element_shape=[2]),
+            tf.zeros([2], tf.int32),
+        ),
+    )
+
+    def pad(i, padded):
         image = resized.read(i)
         room = largest - tf.shape(image)[:2]
-        padded = padded.write(i, tf.pad(image, [[0, room[0]], [0, room[1]], [0, 0]]))
+        return i + 1, padded.write(i, tf.pad(image, [[0, room[0]], [0, room[1]], [0, 0]]))
+
+    _, padded = tf.while_loop(
+        lambda i, _: i < count,
+        pad,
+        (tf.constant(0), tf.TensorArray(tf.float32, size=count, element_shape=[None, None, 3])),
+    )
     images = pad_to_multiple(tf.ensure_shape(padded.stack(), [None, None, None, 3]), (1, 2), stride)
     return images, info.stack(), sizes.stack()

@@ -45,20 +45,23 @@ class DetectionServingModule(tf.Module):
         self._stride = padding_stride(cfg)
         self._mask_threshold = float(cfg.MRCNN.THRESH_BINARIZE)
         self._detections_per_image = int(cfg.TEST.DETECTIONS_PER_IM)
-        # One traced model call shared by both signatures (traced once, stored once), without AutoGraph: the
-        # model uses TF control flow explicitly and converting its code costs seconds of tracing. The signatures
-        # keep AutoGraph for their loops over the request's images.
+        # One traced model call shared by both signatures (traced once, stored once). Nothing here is traced
+        # with AutoGraph: the model, the preparation's loops over the request's images and the mask paste use
+        # TF control flow explicitly, and converting their code cost seconds of every export.
         self._run_model = tf.function(
             lambda images, image_info: model({"images": images, "image_info": image_info}, training=False),
             input_signature=[tf.TensorSpec([None, None, None, 3], tf.float32), tf.TensorSpec([None, 3], tf.float32)],
             autograph=False,
         )
         self.serve_encoded = tf.function(
-            self._serve_encoded, input_signature=[tf.TensorSpec([None], tf.string, name=names.ENCODED_INPUT)]
+            self._serve_encoded,
+            input_signature=[tf.TensorSpec([None], tf.string, name=names.ENCODED_INPUT)],
+            autograph=False,
         )
         self.serve_image_tensor = tf.function(
             self._serve_image_tensor,
             input_signature=[tf.TensorSpec([None, None, None, 3], tf.uint8, name=names.TENSOR_INPUT)],
+            autograph=False,
         )
 
     def signatures(self):
