@@ -1,5 +1,7 @@
-"""Shared test fixtures: locating ../shared from the repository root; the longest modules first."""
+"""Shared test fixtures: locating ../shared from the repository root; the longest modules first; the
+collected session moved out of Python's garbage collector."""
 
+import gc
 import pathlib
 
 import pytest
@@ -29,6 +31,14 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(items):
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module's own order stays
+
+
+def pytest_collection_finish(session):
+    """Freeze what collection leaves alive (TensorFlow's and Keras' modules, the test items): Python's
+    full collections then stop walking those ~350,000 objects each time tracing allocates more (measured
+    on four model-building modules: 9.7 s of 93 s in the collector, 2.9 s with the freeze)."""
+    gc.collect()
+    gc.freeze()
 
 
 def shared_path(*parts: str) -> pathlib.Path:
