@@ -47,7 +47,7 @@ def conv(x, w, b=None, stride=1, pad=0, dilation=1):
     for ky in range(kh):
         for kx in range(kw):
             patch = xp[:, :, ky * dilation :: stride, kx * dilation :: stride][:, :, :out_h, :out_w]
-            out += np.einsum("nihw,oi->nohw", patch, w[:, :, ky, kx])
+            out += np.einsum("nihw,oi->nohw", patch, w[:, :, ky, kx], optimize=True)
     return out if b is None else out + b[None, :, None, None]
 
 
@@ -59,7 +59,7 @@ def conv_transpose(x, w, b, stride, pad):
     for ky in range(kh):
         for kx in range(kw):
             full[:, :, ky : ky + stride * height : stride, kx : kx + stride * width : stride] += np.einsum(
-                "nihw,io->nohw", x, w[:, :, ky, kx]
+                "nihw,io->nohw", x, w[:, :, ky, kx], optimize=True
             )
     out = full[:, :, pad : full.shape[2] - pad, pad : full.shape[3] - pad]
     return out + b[None, :, None, None]
