@@ -13,7 +13,7 @@ import time
 import h5py
 import numpy as np
 import tensorflow as tf
-from training_fixtures import ONE_SAMPLE_ROI_ALIGN, TINY_CONFIG, tiny_cfg
+from training_fixtures import AFFINE_BODY, ONE_SAMPLE_ROI_ALIGN, TINY_CONFIG, tiny_cfg
 
 from tfdet.data import shapes
 from tfdet.engine.lr_schedule import lr_at_iter
@@ -21,11 +21,14 @@ from tfdet.train import main
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 # 4 iterations: warm-up over the first 2, checkpoints at 2 and 4, an LR step (and momentum correction) at 3,
-# after a resume from the checkpoint at 2. Faster R-CNN only, with one RoIAlign sample per bin, to keep the
-# three processes of this test short.
+# after a resume from the checkpoint at 2. Faster R-CNN only, with one RoIAlign sample per bin and the
+# AffineChannel body (no GroupNorm: a third less of each process's CPU), to keep the three processes of this
+# test short; resuming does not depend on the layers. From random weights that body's losses start near 175:
+# a base LR of 1e-4 keeps the 4 iterations finite.
 OVERRIDES = [
     "SOLVER.MAX_ITER", "4", "TRAIN.SNAPSHOT_ITERS", "2", "SOLVER.WARM_UP_ITERS", "2", "SOLVER.STEPS", "[0, 3]",
-    "MODEL.MASK_ON", "False", "MODEL.KEYPOINTS_ON", "False", *ONE_SAMPLE_ROI_ALIGN,
+    "SOLVER.BASE_LR", "0.0001", "MODEL.MASK_ON", "False", "MODEL.KEYPOINTS_ON", "False", *ONE_SAMPLE_ROI_ALIGN,
+    *AFFINE_BODY,
 ]
 # The shapes splits of the config's TRAIN.DATASETS and TEST.DATASETS, cut down (from 512 and 64 images): the
 # final evaluation predicts 4 images, one by one.
@@ -120,7 +123,7 @@ def test_train_end_to_end_and_resume_after_sigkill(tmp_path, monkeypatch):
     assert full_state.keys() == resumed_state.keys()
     # The optimizer's iteration counter and its momentum slots (Keras keys them by index: optimizer/_variables/N).
     assert any(name.startswith("optimizer/_iterations") for name in full_state)
-    assert sum(name.startswith("optimizer/_variables/") for name in full_state) > 100
+    assert sum(name.startswith("optimizer/_variables/") for name in full_state) > 80  # 85 trainable weights
     for name, value in full_state.items():
         np.testing.assert_array_equal(resumed_state[name], value, err_msg=name)
     full_weights = h5_values(full_dir / "model_final.weights.h5")
