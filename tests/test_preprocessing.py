@@ -4,7 +4,7 @@ import cv2
 import numpy as np
 import pytest
 
-from tfdet.preprocessing import batch_images, prepare_image
+from tfdet.preprocessing import batch_images, prepare_image, subtract_means
 
 MEANS = np.array([[[102.9801, 115.9465, 122.7717]]])
 
@@ -27,6 +27,20 @@ def test_matches_detectron(rng, shape):
     want, want_scale = detectron_prep(image.copy(), 800, 1333)
     assert scale == want_scale
     np.testing.assert_array_equal(ours, want)
+
+
+def test_mean_subtraction_table_gives_detectrons_values_for_every_level():
+    """uint8 images go through a per-channel table (cv2.LUT): every level of every channel, in a strided
+    view, equals Detectron's float64 subtraction rounded to float32; other dtypes take that subtraction."""
+    levels = np.repeat(np.arange(256, dtype=np.uint8)[:, None, None], 3, axis=2)  # (256, 1, 3)
+    image = np.concatenate([levels, levels[::-1]], axis=1)[::-1, ::-1]  # reversed: not contiguous
+    want = image.astype(np.float32)
+    want -= MEANS
+    ours = subtract_means(image, MEANS)
+    assert ours.dtype == np.float32 and ours.shape == (256, 2, 3)
+    np.testing.assert_array_equal(ours, want)
+    floats = image.astype(np.float64) + 0.25
+    np.testing.assert_array_equal(subtract_means(floats, MEANS), (floats - MEANS).astype(np.float32))
 
 
 def test_batch_pads_bottom_right_to_stride():

