@@ -7,6 +7,7 @@ import tensorflow as tf
 from savedmodel import outputs as names
 from savedmodel.preprocessing import prepare_batch
 from tfdet.data.transforms import decode_bgr
+from tfdet.ops.map_fn import map_fn
 from tfdet.ops.masks import paste_masks
 from tfdet.preprocessing import padding_stride
 
@@ -106,7 +107,7 @@ class DetectionServingModule(tf.Module):
             room = tf.concat([[self._detections_per_image - count], largest - size], axis=0)
             return tf.pad(tf.cast(masks, tf.uint8), tf.stack([tf.zeros([3], tf.int32), room], axis=1))
 
-        return tf.map_fn(
+        return map_fn(
             one_image,
             (probs, boxes, num_detections, image_sizes),
             fn_output_signature=tf.TensorSpec([self._detections_per_image, None, None], tf.uint8),

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from tfdet.ops.boxes import clip_boxes, decode_boxes
 from tfdet.ops.keypoints import heatmaps_to_keypoints
+from tfdet.ops.map_fn import map_fn
 from tfdet.ops.nms import BoxVoting, SoftNMS, per_class_nms
 
 
@@ -111,7 +112,7 @@ class DetectionOutput(ClassBoxes):
 
     def call(self, inputs):
         scores, boxes = super().call(inputs)
-        return tf.map_fn(
+        return map_fn(
             lambda args: self.select(*args),
             (scores, boxes),
             fn_output_signature=(

@@ -31,6 +31,7 @@ import keras
 import tensorflow as tf
 
 from tfdet.layers.caffe_conv import CaffeConv2D
+from tfdet.ops.map_fn import map_fn
 from tfdet.ops.roi_sampling import sub_seed
 
 IMAGE_HEAD_DIM = 512
@@ -98,7 +99,7 @@ class FoldSeeds(keras.layers.Layer):
         def fold(seed):
             return tf.cast(sub_seed(seed, self.stream), tf.int64)
 
-        return tf.map_fn(fold, tf.cast(seeds, tf.int64))
+        return map_fn(fold, tf.cast(seeds, tf.int64))
 
     def compute_output_spec(self, seeds):
         return keras.KerasTensor(seeds.shape, "int64")
@@ -132,7 +133,7 @@ class SeededDropout(keras.layers.Layer):
         def draws(seed):
             return tf.random.stateless_uniform([rows_per_image, width], sub_seed(seed, self.stream), dtype=x.dtype)
 
-        noise = tf.map_fn(draws, tf.cast(seeds, tf.int64), fn_output_signature=tf.TensorSpec([None, None], x.dtype))
+        noise = map_fn(draws, tf.cast(seeds, tf.int64), fn_output_signature=tf.TensorSpec([None, None], x.dtype))
         keep = tf.reshape(noise, tf.shape(x)) >= self.rate
         return tf.where(keep, x / (1.0 - self.rate), tf.zeros_like(x))
 

@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 
 from tfdet.ops.focal_loss import select_smooth_l1_loss, sigmoid_focal_loss, softmax_focal_loss
+from tfdet.ops.map_fn import map_fn
 from tfdet.ops.retinanet_targets import (
     FieldLevel,
     RetinaNetTargets,
@@ -76,7 +77,7 @@ class RetinaNetLosses(keras.layers.Layer):
             return tuple(t[0] for t in targets)
 
         with tf.control_dependencies(checks):
-            targets = tf.map_fn(
+            targets = map_fn(
                 image_targets,
                 (tf.stop_gradient(gt_boxes), gt_classes, gt_is_crowd, gt_valid),
                 fn_output_signature=(

@@ -23,6 +23,7 @@ from tfdet.ops.losses import (
     rpn_box_loss,
     rpn_objectness_loss,
 )
+from tfdet.ops.map_fn import map_fn
 from tfdet.ops.mask_targets import mask_rcnn_targets, match_masks_to_rois
 from tfdet.ops.roi_sampling import label_proposals, sample_rois, sub_seed
 from tfdet.ops.rpn_targets import rpn_anchor_targets, scaled_image_size
@@ -42,7 +43,7 @@ def _per_image(function, inputs, output_signature):
         outputs = function(*(tf.expand_dims(t, 0) for t in sliced))
         return tf.nest.map_structure(lambda t: tf.squeeze(t, 0), outputs)
 
-    return tf.map_fn(one_image, tuple(inputs), fn_output_signature=output_signature)
+    return map_fn(one_image, tuple(inputs), fn_output_signature=output_signature)
 
 
 def _image_seed(seeds, stream):

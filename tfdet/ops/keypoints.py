@@ -8,6 +8,7 @@ that pixel (Heckbert's c = d + 0.5), scaled back to the box.
 
 import tensorflow as tf
 
+from tfdet.ops.map_fn import map_fn
 from tfdet.ops.resize import resize_cubic_cv2
 
 
@@ -30,7 +31,7 @@ def heatmaps_to_keypoints(heatmaps, boxes, min_size=0):
     map_widths_int = tf.cast(map_widths, tf.int32)
 
     def peaks_of_all():
-        return tf.map_fn(
+        return map_fn(
             lambda args: _heatmap_peaks(*args),
             (heatmaps, tf.cast(map_heights, tf.int32), map_widths_int),
             fn_output_signature=(

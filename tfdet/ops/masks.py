@@ -9,6 +9,7 @@ mask from bleeding its border values outwards ("top hat" artefacts, says Detectr
 
 import tensorflow as tf
 
+from tfdet.ops.map_fn import map_fn
 from tfdet.ops.resize import resize_linear_cv2
 
 
@@ -42,7 +43,7 @@ def _paste(masks, boxes, image_height, image_width, threshold):
 
     def paste_all():
         signature = tf.TensorSpec([None, None], dtype)
-        return tf.map_fn(paste_one, (masks, reference_boxes), fn_output_signature=signature)
+        return map_fn(paste_one, (masks, reference_boxes), fn_output_signature=signature)
 
     # map_fn cannot stack zero masks of unknown size: no detections get an explicit empty result.
     return tf.cond(

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from tfdet.ops.anchors import shifted_anchors
 from tfdet.ops.boxes import clip_boxes, decode_boxes
+from tfdet.ops.map_fn import map_fn
 from tfdet.ops.nms import per_class_nms
 
 
@@ -80,7 +81,7 @@ def retinanet_detections(
         image_boxes, image_scores = args
         return per_class_nms(image_boxes[:, None, :], image_scores, -1.0, nms_threshold, detections_per_image, soft_nms)
 
-    return tf.map_fn(
+    return map_fn(
         select,
         (boxes, class_scores),
         fn_output_signature=(

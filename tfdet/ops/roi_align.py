@@ -33,6 +33,8 @@ import numbers
 
 import tensorflow as tf
 
+from tfdet.ops.map_fn import map_fn
+
 # Per-pixel window of consecutive samples examined by the adaptive path: a pixel receives at most 4
 # samples of one bin (adaptive spacing > 0.5 px), plus one of slack on each side for rounding.
 _ADAPTIVE_SAMPLE_WINDOW = 6
@@ -351,7 +353,7 @@ def _contract_dense(features, row_weights, col_weights, box_indices):
                                          tf.reshape(row_gradient, [-1, width * channels]), transpose_a=True)
             return tf.foldl(add_chunk, (rows, cols, upstream), initializer=tf.zeros_like(table))
 
-        return tf.map_fn(pool_chunk, (rows, cols), fn_output_signature=table.dtype), table_gradient
+        return map_fn(pool_chunk, (rows, cols), fn_output_signature=table.dtype), table_gradient
 
     pooled = contract(tf.reshape(features, [num_images * height, width * channels]))
     return tf.reshape(pooled, [-1, out_h, out_w, channels])[:num_rois]
