@@ -125,16 +125,28 @@ def expected_inventory(cfg):
 ZOO = zoo_configs()
 
 
+_INVENTORIES = {}
+
+
+def inventory_of(cfg):
+    """Detectron inventory of `cfg`'s model, built once per config in this module (names and shapes only: no
+    random draws for 100 M parameters; the model itself is dropped)."""
+    key = cfg.dump()
+    if key not in _INVENTORIES:
+        with placeholder_initialization():
+            model = build_model(cfg)
+        _INVENTORIES[key] = detectron_inventory(model, cfg.MRCNN.ROI_MASK_HEAD)
+        del model
+        gc.collect()
+    return _INVENTORIES[key]
+
+
 @pytest.mark.parametrize("name,cfg", ZOO, ids=[name for name, _ in ZOO])
 def test_zoo_architecture_inventory(name, cfg):
-    with placeholder_initialization():  # names and shapes only: no random draws for 100 M parameters
-        model = build_model(cfg)
-    inventory = detectron_inventory(model, cfg.MRCNN.ROI_MASK_HEAD)
+    inventory = inventory_of(cfg)
     expected = expected_inventory(cfg)
     assert sorted(set(expected) - set(inventory)) == [] and sorted(set(inventory) - set(expected)) == []
     assert inventory == expected
-    del model
-    gc.collect()
 
 
 @pytest.mark.parametrize(
@@ -146,10 +158,7 @@ def test_zoo_architecture_inventory(name, cfg):
     ],
 )
 def test_documented_blob_and_parameter_counts(name, blobs, millions):
-    cfg = load_quietly(shared_path("detectron", "configs", "12_2017_baselines", name))
-    with placeholder_initialization():
-        model = build_model(cfg)
-    inventory = detectron_inventory(model, cfg.MRCNN.ROI_MASK_HEAD)
+    inventory = inventory_of(load_quietly(shared_path("detectron", "configs", "12_2017_baselines", name)))
     assert len(inventory) == blobs
     assert sum(int(np.prod(s)) for s in inventory.values()) / 1e6 == pytest.approx(millions, abs=0.005)
 
