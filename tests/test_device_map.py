@@ -169,8 +169,8 @@ def child_results(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("device_map")
     shapes_images(out_dir / "shapes", num_images=4)
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES="")
-    code = (f"import sys; sys.path.insert(0, {str(REPO_ROOT / 'tests')!r}); import test_device_map as t; "
-            f"t.child_main({str(out_dir / 'shapes')!r}, {str(out_dir)!r})")
+    code = (f"import gc, sys; sys.path.insert(0, {str(REPO_ROOT / 'tests')!r}); import test_device_map as t; "
+            f"gc.collect(); gc.freeze(); t.child_main({str(out_dir / 'shapes')!r}, {str(out_dir)!r})")
     child = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                            timeout=600)
     assert child.returncode == 0, child.stderr[-4000:]
