@@ -69,7 +69,9 @@ def _build_for_port(cfg, allow_missing):
     """The model of `cfg`; without random draws when the file must fill every weight anyway."""
     from tfdet.layers import placeholder_initialization
     from tfdet.modeling import build_model
+    from tfdet.startup import freeze_imports
 
+    freeze_imports()
     if allow_missing:  # weights the file lacks keep Detectron's random initialisation
         return build_model(cfg)
     with placeholder_initialization():

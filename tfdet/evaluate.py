@@ -41,6 +41,7 @@ from tfdet.evaluation import (
 )
 from tfdet.evaluation.coco_evaluator import iou_types_of, keypoint_names
 from tfdet.image_io import UnreadableImage, read_image, write_picture
+from tfdet.startup import freeze_imports
 
 VIS_KEYPOINT_THRESHOLD = 2.0  # vis_one_image's kp_thresh, which test_net leaves at its default
 
@@ -99,6 +100,7 @@ def _evaluate(args, cfg, dataset):
         if not pathlib.Path(weights).is_file():
             raise UsageError(f"weights file not found: {weights}")
         vis = vis_writer(cfg, dataset.annotation_file, output_dir)
+        freeze_imports()
         results, unreadable = predict_dataset(cfg, weights, coco_gt, dataset.image_dir, _batch_size(args, cfg), vis)
         results_path = output_dir / f"results_{dataset.name}.json"
         write_results(results_path, results)

@@ -50,6 +50,7 @@ from tfdet.image_io import (
     write_picture,
 )
 from tfdet.inference import Predictor
+from tfdet.startup import freeze_imports
 from tfdet.videopose3d import VideoPose3DArchive
 from tfdet.visualize import draw_detections
 
@@ -296,6 +297,7 @@ def main(argv=None):
     except (UsageError, OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    freeze_imports()
     try:
         predictor = Predictor(cfg, args.weights)
     except Exception as error:  # the command line's boundary: any failure to load weights is one line

@@ -66,7 +66,9 @@ def main(argv=None):
     from tfdet.engine.checkpoint import NonFiniteLossError  # TensorFlow is imported once the arguments are good
     from tfdet.engine.strategy import is_chief
     from tfdet.engine.trainer import CONFIG_FILE, Trainer
+    from tfdet.startup import freeze_imports
 
+    freeze_imports()
     try:
         trainer = Trainer(cfg)
         trainer.initialize()

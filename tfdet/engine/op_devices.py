@@ -152,6 +152,7 @@ def main(argv=None):
     from tfdet.config import ConfigError, load_config
     from tfdet.engine.strategy import make_logical_cpus
     from tfdet.engine.trainer import Trainer
+    from tfdet.startup import freeze_imports
 
     try:
         cfg = load_config(args.cfg_file, args.opts)
@@ -160,6 +161,7 @@ def main(argv=None):
         return 2
     if args.logical_cpus > 1:
         make_logical_cpus(args.logical_cpus)
+    freeze_imports()
     with tempfile.TemporaryDirectory() as output_dir:
         try:
             trainer = Trainer(cfg, output_dir, progress=False)
