@@ -48,7 +48,9 @@ def np_conv(x, w, b=None, stride=1, pad=0, dilation=1, groups=1):
         for i in range(kh):
             for j in range(kw):
                 patch = strided_window(x_g, i * dilation, j * dilation, stride, out_h, out_w)
-                out[:, g * group_out : (g + 1) * group_out] += np.einsum("nchw,oc->nohw", patch, w_g[:, :, i, j], optimize=True)
+                out[:, g * group_out : (g + 1) * group_out] += np.einsum(
+                    "nchw,oc->nohw", patch, w_g[:, :, i, j], optimize=True
+                )
     return out if b is None else out + b[None, :, None, None]
 
 
