@@ -20,8 +20,8 @@ def run_in_children(module, function, args_per_child, envs=None, timeout=300):
     for args, extra_env in zip(args_per_child, envs or [{}] * len(args_per_child)):
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES="", **extra_env)
         # The imports frozen out of the garbage collector, as conftest does in the test processes.
-        code = (f"import gc, sys; sys.path.insert(0, {str(TESTS_DIR)!r}); import {module} as t; gc.collect(); "
-                f"gc.freeze(); t.{function}(*{args!r})")
+        code = (f"import sys; sys.path.insert(0, {str(TESTS_DIR)!r}); import {module} as t; "
+                f"from tfdet.startup import freeze_imports; freeze_imports(); t.{function}(*{args!r})")
         children.append(subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outputs = [child.communicate(timeout=timeout) for child in children]

@@ -4,14 +4,12 @@ not), the same update as without a map, the inference model, and mirrored replic
 shifting a part to /CPU:1 and /CPU:3 (this module's functions run there)."""
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 import warnings
 
 import numpy as np
 import pytest
+from child_processes import run_in_children
 from training_fixtures import AFFINE_BODY, ONE_SAMPLE_ROI_ALIGN, first_batch, shapes_images, shapes_roidb, tiny_cfg
 
 from tfdet.config import ConfigError, load_config
@@ -168,12 +166,7 @@ def child_main(data_dir, out_dir):
 def child_results(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("device_map")
     shapes_images(out_dir / "shapes", num_images=4)
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES="")
-    code = (f"import gc, sys; sys.path.insert(0, {str(REPO_ROOT / 'tests')!r}); import test_device_map as t; "
-            f"gc.collect(); gc.freeze(); t.child_main({str(out_dir / 'shapes')!r}, {str(out_dir)!r})")
-    child = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                           timeout=600)
-    assert child.returncode == 0, child.stderr[-4000:]
+    run_in_children("test_device_map", "child_main", [(str(out_dir / "shapes"), str(out_dir))], timeout=600)
     return out_dir, json.loads((out_dir / "report.json").read_text())
 
 
