@@ -1,5 +1,5 @@
-"""Helpers of the tests that run functions of a test module in child processes (logical CPUs and
-multi-worker clusters need a fresh TensorFlow), free local ports for multi-worker clusters, and the
+"""Helpers of the tests that run functions of a test module in child processes (each worker of a
+multi-worker cluster is a process of its own), free local ports for multi-worker clusters, and the
 recognition of TensorFlow's native log records in a command line's stderr."""
 
 import os

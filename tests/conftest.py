@@ -1,6 +1,9 @@
-"""Shared test fixtures: locating ../shared from the repository root; the longest modules first; the
-collected session moved out of Python's garbage collector."""
+"""Shared test fixtures: locating ../shared from the repository root; the longest modules first; the CPU
+split into logical devices for the strategy and device-map tests; the collected session moved out of Python's
+garbage collector."""
 
+import gc
+import itertools
 import pathlib
 
 import pytest
@@ -29,6 +32,40 @@ LONGEST_FIRST = (
 )  # fmt: skip
 
 
+# Logical CPUs of every process that runs tests (/CPU:0 .. /CPU:3): `mirrored` takes the first two, the device-map
+# tests use four. TensorFlow can split its CPU only before it initialises its devices, so this happens when the
+# session starts; every other test places nothing and runs on /CPU:0 as in a process without the split
+# (TensorFlow's logical CPUs share its one intra-op thread pool).
+LOGICAL_CPUS = 4
+
+
+# Python's collection thresholds in the test processes: a young collection per 5,000 net allocations, a middle one
+# per 20 of those, a full one per 100 middle ones (at most; Python also waits for 25 % more long-lived objects).
+GC_THRESHOLDS = (5000, 20, 100)
+
+
+def pytest_sessionstart(session):
+    if session.config.getoption("numprocesses", None) and not hasattr(session.config, "workerinput"):
+        return  # pytest-xdist's controller: it runs no test and never imports TensorFlow
+    from tfdet.engine.strategy import make_logical_cpus
+
+    make_logical_cpus(LOGICAL_CPUS)
+
+
+# TensorFlow's runtime keeps what a collective key (group, instance) carried for the life of the process, and each
+# new MirroredStrategy numbers its all-reduces from the same keys: a second strategy's all-reduce of other shapes
+# fails ("Shape mismatch in the collective instance 100"). Each test's strategies start from keys of their own,
+# through the class attribute TensorFlow provides for its own tests.
+_COLLECTIVE_KEY_BASES = itertools.count(start=0, step=1000)
+
+
+@pytest.fixture(autouse=True)
+def collective_keys_of_its_own():
+    import tensorflow as tf
+
+    tf.distribute.MirroredStrategy._collective_key_base = next(_COLLECTIVE_KEY_BASES)
+
+
 def pytest_collection_modifyitems(items):
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module's own order stays
@@ -38,8 +75,11 @@ def pytest_collection_finish(session):
     """Freeze what collection leaves alive (TensorFlow's and Keras' modules, the test items): Python's
     full collections then stop walking those ~350,000 objects each time tracing allocates more (measured
     on four model-building modules: 9.7 s of 93 s in the collector, 2.9 s with the freeze), as the command
-    lines do (`tfdet.startup`)."""
+    lines do (`tfdet.startup`). Then collect less often: a test process keeps hundreds of thousands of graph
+    objects alive between modules, and each full collection walked them all (0.1-0.4 s, 45-66 of them per
+    process and 42 CPU-seconds of the suite's ~690 with Python's thresholds (700, 10, 10))."""
     freeze_imports()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def shared_path(*parts: str) -> pathlib.Path:

@@ -1,8 +1,7 @@
 """Shared parts of the one-step strategy-equivalence tests (tests/test_trainer.py, the domain-adaptation one):
 the same global batch stepped under `default` (one device) and `mirrored` (the batch split over the replicas,
-image order kept), and the comparison of the two steps' records (tests/training_fixtures.zeroed_rpn_step)."""
-
-import pathlib
+image order kept), and the comparison of the two steps' records (tests/training_fixtures.zeroed_rpn_step:
+dicts, or the .npz files worker processes write)."""
 
 import numpy as np
 import tensorflow as tf
@@ -19,22 +18,17 @@ def default_and_mirrored(batch, replicas=2):
     yield "mirrored", split, whole.unbatch().batch(per_replica)
 
 
-def load_steps(out_dir):
-    """The records the child wrote for `default` and `mirrored` (out_dir/<strategy>.npz)."""
-    return tuple(np.load(pathlib.Path(out_dir) / f"{name}.npz") for name in ("default", "mirrored"))
-
-
 def assert_same_step(single, mirrored, expected_outputs, per_weight_tolerance, all_weights_tolerance):
     """Check that the mirrored step is the one-device step: 1 and 2 replicas, the same initial weights, the
     `expected_outputs` among the outputs and all outputs equal, and weight updates that agree within the
     tolerances (relative L2 norms, per weight tensor and of all weights together) after a step that really
     trained. Returns {blob: (one-device update, mirrored update)}."""
     assert [int(single["replicas"]), int(mirrored["replicas"])] == [1, 2]
-    names = [n for n in single.files if n.startswith("initial/")]
+    names = [n for n in single if n.startswith("initial/")]
     for name in names:
         np.testing.assert_array_equal(mirrored[name], single[name], err_msg=name)  # the same seeded start
 
-    outputs = sorted(n for n in single.files if n.startswith("output/"))
+    outputs = sorted(n for n in single if n.startswith("output/"))
     assert set(expected_outputs) <= set(outputs)
     np.testing.assert_allclose([mirrored[n] for n in outputs], [single[n] for n in outputs], rtol=1e-5, atol=1e-7)
 

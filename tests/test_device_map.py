@@ -1,15 +1,13 @@
-"""TFDET.DEVICE_MAP (model parallelism): parts of zoo models, clear errors, and, in a child process with 4
-logical CPUs, the traced training step (forward and gradient ops of the mapped parts on /CPU:1, the rest
-not), the same update as without a map, the inference model, and mirrored replicas on /CPU:0 and /CPU:2
-shifting a part to /CPU:1 and /CPU:3 (this module's functions run there)."""
+"""TFDET.DEVICE_MAP (model parallelism): parts of zoo models, clear errors, and, on 4 logical CPUs (conftest.py),
+the traced training step (forward and gradient ops of the mapped parts on /CPU:1, the rest not), the same update
+as without a map, the inference model, and mirrored replicas on /CPU:0 and /CPU:2 shifting a part to /CPU:1 and
+/CPU:3."""
 
-import json
 import pathlib
 import warnings
 
 import numpy as np
 import pytest
-from child_processes import run_in_children
 from training_fixtures import AFFINE_BODY, ONE_SAMPLE_ROI_ALIGN, first_batch, shapes_images, shapes_roidb, tiny_cfg
 
 from tfdet.config import ConfigError, load_config
@@ -23,8 +21,8 @@ ZOO = REPO_ROOT.parent / "shared" / "detectron" / "configs" / "12_2017_baselines
 # The tiny config without keypoints, GroupNorm (AffineChannel and plain convs instead) and with 1x1 RoIAlign
 # grids: a graph a third the size, traced faster.
 SMALL = ("MODEL.KEYPOINTS_ON", "False", *ONE_SAMPLE_ROI_ALIGN, *AFFINE_BODY)
-# The child's models (tracing and first running a step costs in proportion to its ops): a Faster R-CNN for the
-# single-device steps and the inference model (a RoI head mapped: RoIAlign and its custom gradient cross
+# The models of the traced steps (tracing and first running a step costs in proportion to its ops): a Faster
+# R-CNN for the single-device steps and the inference model (a RoI head mapped: RoIAlign and its custom gradient cross
 # devices), an RPN-only model for the mirrored step (half the Faster R-CNN's ops; any mapped part shows the
 # replicas' shift).
 FASTER_RCNN = (*SMALL, "MODEL.MASK_ON", "False")
@@ -109,7 +107,7 @@ def test_device_map_is_a_mapping_valued_config_key(tmp_path):
         load_config(None, ["TFDET.DEVICE_MAP", "{res5: 1}"])
 
 
-# ---- in a child process with 4 logical CPUs ----
+# ---- the traced and run steps, on the test process's logical CPUs (conftest.py) ----
 
 
 def _placements(graph, model):
@@ -122,20 +120,20 @@ def _weights(model):
     return {name: variable.numpy() for name, variable, _, _ in model_blobs(model)}
 
 
-def child_main(data_dir, out_dir):
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
     """One Faster R-CNN training step without and with MAP on /CPU:0 (the mapped one traced first: the step
     runs that graph), the inference model with MAP, and a mirrored RPN-only step over /CPU:0 and /CPU:2 with
-    MIRRORED_MAP (+ its trace)."""
+    MIRRORED_MAP (+ its trace): {name: placements, losses, weights or detection counts}."""
     import tensorflow as tf
 
     from tfdet.engine.op_devices import replicated_batch, trace_training_step
-    from tfdet.engine.strategy import make_logical_cpus
     from tfdet.engine.trainer import Trainer
     from tfdet.graph_options import cpu_graph_options
 
-    make_logical_cpus(4)
-    out_dir = pathlib.Path(out_dir)
-    batch = first_batch(tiny_cfg(*FASTER_RCNN), shapes_roidb(data_dir, min_objects=2, generate=False))
+    out_dir = tmp_path_factory.mktemp("device_map")
+    shapes_images(out_dir / "shapes", num_images=4)
+    batch = first_batch(tiny_cfg(*FASTER_RCNN), shapes_roidb(out_dir / "shapes", min_objects=2, generate=False))
     report = {}
     for name, device_map in (("plain", "{}"), ("mapped", MAP)):
         trainer = Trainer(tiny_cfg(*FASTER_RCNN, "TFDET.DEVICE_MAP", device_map), out_dir / name, progress=False)
@@ -143,8 +141,7 @@ def child_main(data_dir, out_dir):
         if name == "mapped":
             report["training"] = _placements(trace_training_step(trainer, batch), trainer.model)
         report[f"losses_{name}"] = trainer.train_step(replicated_batch(trainer.strategy, batch))
-        np.savez(out_dir / f"{name}.npz", **{f"initial/{k}": v for k, v in initial.items()},
-                 **{f"updated/{k}": v for k, v in _weights(trainer.model).items()})
+        report[f"weights_{name}"] = (initial, _weights(trainer.model))
 
     model = build_model(tiny_cfg(*FASTER_RCNN, "TFDET.DEVICE_MAP", MAP))
     images = {"images": batch["images"], "image_info": batch["image_info"]}
@@ -159,19 +156,10 @@ def child_main(data_dir, out_dir):
     one_image = {k: v[:1] for k, v in batch.items()}
     report["mirrored"] = _placements(trace_training_step(trainer, one_image), trainer.model)
     report["losses_mirrored"] = trainer.train_step(replicated_batch(strategy, one_image))
-    (out_dir / "report.json").write_text(json.dumps(report))
+    return report
 
 
-@pytest.fixture(scope="module")
-def child_results(tmp_path_factory):
-    out_dir = tmp_path_factory.mktemp("device_map")
-    shapes_images(out_dir / "shapes", num_images=4)
-    run_in_children("test_device_map", "child_main", [(str(out_dir / "shapes"), str(out_dir))], timeout=600)
-    return out_dir, json.loads((out_dir / "report.json").read_text())
-
-
-def test_mapped_parts_run_forward_and_backward_on_device_1_and_the_rest_elsewhere(child_results):
-    _, report = child_results
+def test_mapped_parts_run_forward_and_backward_on_device_1_and_the_rest_elsewhere(report):
     placements = report["training"]
     mapped = [p for p in placements if p[2] in MAPPED_PARTS and p[3] not in VARIABLE_OPS]
     assert {device for device, *_ in mapped} == {"/CPU:1"}
@@ -186,23 +174,18 @@ def test_mapped_parts_run_forward_and_backward_on_device_1_and_the_rest_elsewher
     assert {p[0] for p in placements if p[2] in set(PARTS) - MAPPED_PARTS} == {"(default)"}
 
 
-def test_one_step_with_a_device_map_updates_the_weights_as_without(child_results):
-    out_dir, report = child_results
-    plain, mapped = np.load(out_dir / "plain.npz"), np.load(out_dir / "mapped.npz")
-    np.testing.assert_allclose(list(report["losses_mapped"].values()), list(report["losses_plain"].values()),
-                               rtol=1e-6)
-    names = [n.split("/", 1)[1] for n in plain.files if n.startswith("initial/")]
-    for name in names:
-        np.testing.assert_array_equal(mapped[f"initial/{name}"], plain[f"initial/{name}"], err_msg=name)
-    updates = {n: (plain[f"updated/{n}"] - plain[f"initial/{n}"], mapped[f"updated/{n}"] - mapped[f"initial/{n}"])
-               for n in names}
+def test_one_step_with_a_device_map_updates_the_weights_as_without(report):
+    np.testing.assert_allclose(list(report["losses_mapped"].values()), list(report["losses_plain"].values()), rtol=1e-6)
+    (plain_initial, plain_updated), (mapped_initial, mapped_updated) = report["weights_plain"], report["weights_mapped"]
+    for name, value in plain_initial.items():
+        np.testing.assert_array_equal(mapped_initial[name], value, err_msg=name)
+    updates = {n: (plain_updated[n] - plain_initial[n], mapped_updated[n] - mapped_initial[n]) for n in plain_initial}
     assert max(np.abs(one).max() for one, _ in updates.values()) > 1e-3  # the step really trained
     difference = np.sqrt(sum(np.sum((two - one) ** 2) for one, two in updates.values()))
     assert difference / np.sqrt(sum(np.sum(one**2) for one, _ in updates.values())) < UPDATE_TOLERANCE
 
 
-def test_inference_model_runs_mapped_parts_on_device_1(child_results):
-    _, report = child_results
+def test_inference_model_runs_mapped_parts_on_device_1(report):
     placements = report["inference"]
     mapped = {p[0] for p in placements if p[2] in MAPPED_PARTS and p[3] not in VARIABLE_OPS}
     assert mapped == {"/CPU:1"}
@@ -210,8 +193,7 @@ def test_inference_model_runs_mapped_parts_on_device_1(child_results):
     assert len(report["num_detections"]) == 2  # it ran, one count per image
 
 
-def test_mirrored_replicas_shift_the_mapped_part_by_their_device_offset(child_results):
-    _, report = child_results
+def test_mirrored_replicas_shift_the_mapped_part_by_their_device_offset(report):
     devices = {}
     for device, _, part, op_type, name in report["mirrored"]:
         if part == "rpn" and op_type not in VARIABLE_OPS:

@@ -1,5 +1,5 @@
 """One domain-adaptation training step of the tiny DA Faster R-CNN under `default` and `mirrored` (two logical
-CPUs, in a child process) gives the same update on the same global batch, and the mirrored pipeline gives every
+CPUs) gives the same update on the same global batch, and the mirrored pipeline gives every
 replica a source and a target image; (slow) the same under `multi_worker`, two worker processes."""
 
 import json
@@ -10,13 +10,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from child_processes import free_ports, run_in_children
-from strategy_equivalence import assert_same_step, default_and_mirrored, load_steps
+from strategy_equivalence import assert_same_step, default_and_mirrored
 from training_fixtures import AFFINE_BODY, REPO_ROOT, shapes_images, shapes_roidb, zeroed_rpn_step
 
 from tfdet.config import load_config
 from tfdet.data import shapes
 from tfdet.data.domain_pipeline import build_domain_dataset, target_image_records
 from tfdet.data.roidb import Roidb
+from tfdet.engine.strategy import build_strategy
+from tfdet.engine.trainer import Trainer
 
 DA_CONFIG = REPO_ROOT / "configs" / "shapes_tiny_da_faster.yaml"
 # AFFINE_BODY (Detectron's AffineChannel body, plain-conv heads): at random initialisation GN's backward pass
@@ -53,30 +55,21 @@ def global_batch(data_dir):
     return source, target, {name: tf.gather(value, REPLICA_ORDER) for name, value in batch.items()}
 
 
-def step_child_main(data_dir, out_dir):
-    """Child: one DA step on the 2 + 2 image global batch of `data_dir` under each strategy (`default`: one
-    device; `mirrored`: 2 logical CPUs), in one process (one TensorFlow start-up); writes weights, outputs and
-    the domain flags each replica's batch from the real pipeline holds to out_dir/<strategy>.npz."""
-    from tfdet.engine.strategy import build_strategy, make_logical_cpus
-    from tfdet.engine.trainer import Trainer
-
-    make_logical_cpus(2)
-    source, target, batch = global_batch(data_dir)
-    for strategy_name, split, dataset in default_and_mirrored(batch):
-        cfg = da_cfg(*AFFINE_BODY, *ALL_PROPOSALS, *split)
-        trainer = Trainer(cfg, pathlib.Path(out_dir) / strategy_name, strategy=build_strategy(cfg),
-                          roidb=source, target_roidb=target, progress=False)
-        pipeline_batch = next(iter(trainer.distributed_dataset(0)))
-        replica_flags = [t.numpy() for t in trainer.strategy.experimental_local_results(pipeline_batch["is_source"])]
-        np.savez(pathlib.Path(out_dir) / f"{strategy_name}.npz", **zeroed_rpn_step(trainer, dataset),
-                 replica_flags=np.stack(replica_flags))
-
-
 def test_one_da_step_mirrored_over_two_cpus_equals_one_device_on_the_global_batch(tmp_path):
+    """One DA step on the 2 + 2 image global batch under each strategy (`default`: one device; `mirrored`: two
+    logical CPUs), with the domain flags each replica's batch from the real pipeline holds."""
     shapes_images(tmp_path / "data" / "source", num_images=8)
     shapes.generate(tmp_path / "data" / "target", 4, seed=11, image_size=96, split_name="train", style="foggy")
-    run_in_children("test_domain_adaptation_strategy", "step_child_main", [(str(tmp_path / "data"), str(tmp_path))])
-    single, mirrored = load_steps(tmp_path)
+    source, target, batch = global_batch(tmp_path / "data")
+    steps = {}
+    for strategy_name, split, dataset in default_and_mirrored(batch):
+        cfg = da_cfg(*AFFINE_BODY, *ALL_PROPOSALS, *split)
+        trainer = Trainer(cfg, tmp_path / strategy_name, strategy=build_strategy(cfg), roidb=source,
+                          target_roidb=target, progress=False)
+        pipeline_batch = next(iter(trainer.distributed_dataset(0)))
+        replica_flags = [t.numpy() for t in trainer.strategy.experimental_local_results(pipeline_batch["is_source"])]
+        steps[strategy_name] = dict(zeroed_rpn_step(trainer, dataset), replica_flags=np.stack(replica_flags))
+    single, mirrored = steps["default"], steps["mirrored"]
     np.testing.assert_array_equal(single["replica_flags"], [[True, True, False, False]])
     np.testing.assert_array_equal(mirrored["replica_flags"], [[True, False], [True, False]])
 
@@ -92,9 +85,6 @@ def multi_worker_child_main(data_dir, out_dir):
     """Child: one worker of a 2-worker cluster (TF_CONFIG in the environment), or the one-device step when there
     is no TF_CONFIG: one DA step from the zeroed-RPN start on its share of the 2 + 2 image global batch (worker k:
     [s_k, t_k]); the record and the domain flags of its batch from the real pipeline go to out_dir/<name>.npz."""
-    from tfdet.engine.strategy import build_strategy
-    from tfdet.engine.trainer import Trainer
-
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"] if "TF_CONFIG" in os.environ else None
     if task is None:
         name, split = "default", ("TRAIN.IMS_PER_BATCH", "4")

@@ -12,12 +12,12 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from child_processes import run_in_children
 from training_fixtures import REPO_ROOT, first_batch, shapes_images, shapes_roidb, weights_by_blob
 
 import numpy_retinanet_training as ref
 from tfdet.config import load_config
 from tfdet.config.errors import ConfigError
+from tfdet.engine.strategy import build_strategy
 from tfdet.engine.trainer import Trainer
 from tfdet.modeling import build_model
 from tfdet.modeling.registry import BODIES
@@ -207,13 +207,11 @@ def test_resume_from_a_checkpoint_gives_the_uninterrupted_weights(roidb, tmp_pat
         np.testing.assert_allclose(final[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
 
 
-def mirrored_child_main(data_dir, out_dir):
-    """Child (2 logical CPUs): one step from the same weights on image 0 alone, image 1 alone (one device,
-    TRAIN.IMS_PER_BATCH 1) and on both under `mirrored` (1 image per replica); writes the updates and outputs."""
-    from tfdet.engine.strategy import build_strategy, make_logical_cpus
-
-    make_logical_cpus(2)
-    roidb = shapes_roidb(data_dir, num_images=4, generate=False)
+def one_step_records(shapes_dir, out_dir):
+    """{run: record} of one step from the same weights on image 0 alone, image 1 alone (one device,
+    TRAIN.IMS_PER_BATCH 1) and on both under `mirrored` (two logical CPUs, 1 image per replica): the initial
+    weights, the update and the outputs."""
+    roidb = shapes_roidb(shapes_dir, num_images=4, generate=False)
     batch = first_batch(retinanet_cfg(), roidb)
     images = tf.data.Dataset.from_tensors(batch).unbatch()
     runs = {
@@ -221,6 +219,7 @@ def mirrored_child_main(data_dir, out_dir):
         "image1": (("TRAIN.IMS_PER_BATCH", "1"), images.skip(1).batch(1)),
         "mirrored": (("TRAIN.IMS_PER_BATCH", "1", "NUM_GPUS", "2"), images.batch(1)),  # image k on replica k
     }
+    records = {}
     for name, (overrides, dataset) in runs.items():
         cfg = retinanet_cfg("RETINANET.NUM_CONVS", "1", *overrides)
         trainer = Trainer(cfg, pathlib.Path(out_dir) / name, strategy=build_strategy(cfg), progress=False)
@@ -228,25 +227,26 @@ def mirrored_child_main(data_dir, out_dir):
         distributed = trainer.strategy.distribute_datasets_from_function(lambda context: dataset)
         outputs = trainer.train_step(next(iter(distributed)))
         updated = weights_by_blob(trainer.model)
-        np.savez(pathlib.Path(out_dir) / f"{name}.npz", replicas=trainer.strategy.num_replicas_in_sync,
-                 **{f"initial/{n}": v for n, v in initial.items()},
-                 **{f"update/{n}": updated[n] - initial[n] for n in initial},
-                 **{f"output/{n}": v for n, v in outputs.items()})
+        records[name] = {"replicas": trainer.strategy.num_replicas_in_sync,
+                         **{f"initial/{n}": v for n, v in initial.items()},
+                         **{f"update/{n}": updated[n] - initial[n] for n in initial},
+                         **{f"output/{n}": v for n, v in outputs.items()}}
+    return records
 
 
-# Slow: a child process tracing three training steps (~1 min of both cores).
+# Slow: three training steps traced (~1 min of both cores).
 @pytest.mark.slow
 def test_mirrored_replicas_normalise_per_replica_as_detectrons_gpus(tmp_path):
     """Detectron normalises each GPU's losses by that GPU's fg_num and averages the GPUs (1 / NUM_GPUS): the
     mirrored step on two images is the mean of the one-device steps on each image (its first SGD update is
     linear in the gradient), not a step on both images with one fg_num."""
     shapes_images(tmp_path / "shapes", num_images=4)
-    run_in_children("test_retinanet_training", "mirrored_child_main", [(str(tmp_path / "shapes"), str(tmp_path))])
-    image0, image1, mirrored = (np.load(tmp_path / f"{name}.npz") for name in ("image0", "image1", "mirrored"))
+    records = one_step_records(tmp_path / "shapes", tmp_path)
+    image0, image1, mirrored = (records[name] for name in ("image0", "image1", "mirrored"))
     assert [int(image0["replicas"]), int(mirrored["replicas"])] == [1, 2]
-    for name in (n for n in mirrored.files if n.startswith("initial/")):
+    for name in (n for n in mirrored if n.startswith("initial/")):
         np.testing.assert_array_equal(image0[name], mirrored[name], err_msg=name)  # the same seeded start
-    for name in mirrored.files:
+    for name in mirrored:
         if name.startswith(("output/", "update/")):
             mean = (image0[name] + image1[name]) / 2
             np.testing.assert_allclose(mirrored[name], mean, rtol=1e-3, atol=1e-6 * max(np.abs(mean).max(), 1.0),

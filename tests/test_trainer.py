@@ -1,5 +1,5 @@
 """The training loop: one step of the tiny Mask + Keypoint R-CNN under `default` and `mirrored` (two logical
-CPUs, in a child process) gives the same update on the same global batch; TRAIN.WEIGHTS initialisation;
+CPUs) gives the same update on the same global batch; TRAIN.WEIGHTS initialisation;
 (slow) two multi_worker processes train to identical weights; the tiny model overfits 8 shapes images."""
 
 import json
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from child_processes import free_ports, run_in_children
-from strategy_equivalence import assert_same_step, default_and_mirrored, load_steps
+from strategy_equivalence import assert_same_step, default_and_mirrored
 from training_fixtures import (
     AFFINE_BODY,
     ONE_SAMPLE_ROI_ALIGN,
@@ -25,6 +25,7 @@ from training_fixtures import (
 from tfdet.data.roidb import load_coco_roidb
 from tfdet.engine.checkpoint import TrainingCheckpointer
 from tfdet.engine.optimizer import build_optimizer
+from tfdet.engine.strategy import build_strategy
 from tfdet.engine.trainer import Trainer, export_final_weights, image_seeds, load_initial_weights
 from tfdet.evaluate import predict_dataset
 from tfdet.evaluation import evaluate_results, load_coco
@@ -49,24 +50,6 @@ EQUIVALENT_NORMALISERS = (
 # of each weight tensor (small biases with tiny updates reach a few 1e-4).
 ALL_WEIGHTS_TOLERANCE = 1e-5
 PER_WEIGHT_TOLERANCE = 2e-3
-
-
-def step_child_main(data_dir, out_dir):
-    """Child: one step of the tiny model on the 2-image global batch of `data_dir` under each strategy, each
-    from the weights RNG_SEED draws, in one process with 2 logical CPUs (one TensorFlow start-up).
-
-    `default`: one device, TRAIN.IMS_PER_BATCH 2; `mirrored`: the 2 logical CPUs, 1 image per replica, image k
-    on replica k. Writes the initial and updated weights and the step's outputs to out_dir/<strategy>.npz.
-    """
-    from tfdet.engine.strategy import build_strategy, make_logical_cpus
-
-    make_logical_cpus(2)
-    batch = first_batch(tiny_cfg(), shapes_roidb(data_dir, min_objects=2, generate=False))
-    for strategy_name, split, dataset in default_and_mirrored(batch):  # mirrored: image k on replica k
-        cfg = tiny_cfg(*AFFINE_BODY, *EQUIVALENT_NORMALISERS, *split)
-        trainer = Trainer(cfg, pathlib.Path(out_dir) / strategy_name, strategy=build_strategy(cfg), progress=False)
-        record = zeroed_rpn_step(trainer, dataset, cfg.MRCNN.ROI_MASK_HEAD)
-        np.savez(pathlib.Path(out_dir) / f"{strategy_name}.npz", **record, iteration=trainer.iteration)
 
 
 # The tiny config without its mask and keypoint heads and with one RoIAlign sample per bin (a Faster R-CNN:
@@ -94,9 +77,17 @@ def multi_worker_child_main(data_dir, out_dir):
 
 
 def test_one_step_mirrored_over_two_cpus_equals_one_device_on_the_global_batch(tmp_path):
+    """One step of the tiny model on a 2-image global batch under each strategy, each from the weights RNG_SEED
+    draws: `default`, one device, TRAIN.IMS_PER_BATCH 2; `mirrored`, two logical CPUs, image k on replica k."""
     shapes_images(tmp_path / "shapes", num_images=8)
-    run_in_children("test_trainer", "step_child_main", [(str(tmp_path / "shapes"), str(tmp_path))])
-    single, mirrored = load_steps(tmp_path)
+    batch = first_batch(tiny_cfg(), shapes_roidb(tmp_path / "shapes", min_objects=2, generate=False))
+    steps = {}
+    for strategy_name, split, dataset in default_and_mirrored(batch):
+        cfg = tiny_cfg(*AFFINE_BODY, *EQUIVALENT_NORMALISERS, *split)
+        trainer = Trainer(cfg, tmp_path / strategy_name, strategy=build_strategy(cfg), progress=False)
+        steps[strategy_name] = dict(zeroed_rpn_step(trainer, dataset, cfg.MRCNN.ROI_MASK_HEAD),
+                                    iteration=trainer.iteration)
+    single, mirrored = steps["default"], steps["mirrored"]
     assert int(single["iteration"]) == int(mirrored["iteration"]) == 1
     outputs = {"output/loss_rpn_cls", "output/loss_cls", "output/loss_mask", "output/loss_kps"}
     assert_same_step(single, mirrored, outputs, PER_WEIGHT_TOLERANCE, ALL_WEIGHTS_TOLERANCE)
