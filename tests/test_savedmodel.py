@@ -8,7 +8,8 @@ then --overwrite); test_savedmodel_client exports it from its config.yaml and .w
 A narrow RetinaNet with seeded, calibrated weights is exported (from a .pkl) and served beside it.
 One fresh interpreter makes every request, of each model: a batch of shapes val images of three sizes (JPEG and PNG)
 with a PNG of the pixel means, a request holding an undecodable image, and the request after it;
-`saved_model_cli` shows and runs the model; the Predictor's answers are computed meanwhile.
+then `saved_model_cli` (its `main`, in that interpreter) shows and runs the model; the Predictor's answers
+are computed meanwhile.
 Under `-m slow`, Mask R-CNN R-50-FPN (from a .pkl) and Keypoint R-CNN R-50-FPN (from a .weights.h5)
 with Detectron's random initialisation get the same serving checks on the demo photos, where the
 PNG of the pixel means has no detection at all (the tiny model scores it about as it scores the
@@ -77,13 +78,16 @@ TINY_REQUESTS = {
     "after_bad": ["blank"],
 }
 
-# Run by a fresh interpreter: only TensorFlow and numpy, never our packages.
+# Run by a fresh interpreter: only TensorFlow and numpy, never our packages. After serving, it runs TensorFlow's
+# saved_model_cli (its `main`, as `python -m tensorflow.python.tools.saved_model_cli` does) once per entry of
+# argv[4], [name, arguments, stdout file], each exit status in the report: one TensorFlow start-up for all.
 CHILD = r"""
-import json, sys
+import contextlib, json, sys
 import numpy as np
 import tensorflow as tf
 
 out_dir, plan, images = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+cli_runs = json.loads(sys.argv[4]) if len(sys.argv) > 4 else []
 encoded = {key: open(path, "rb").read() for key, path in images.items()}
 report = {}
 for name, (model_dir, requests) in plan.items():
@@ -96,6 +100,17 @@ for name, (model_dir, requests) in plan.items():
             continue
         np.savez(f"{out_dir}/{name}_{request}.npz", **{k: v.numpy() for k, v in result.items()})
         report[f"{name}/{request}"] = "ok"
+if cli_runs:
+    from tensorflow.python.tools import saved_model_cli
+for name, arguments, stdout_path in cli_runs:
+    sys.argv = ["saved_model_cli", *arguments]
+    with open(stdout_path, "w") as stdout, contextlib.redirect_stdout(stdout):
+        try:
+            saved_model_cli.main()
+            status = 0
+        except SystemExit as done:
+            status = done.code or 0
+    report[f"saved_model_cli {name}"] = status
 report["our_modules"] = sorted(m for m in sys.modules if m.split(".")[0] in ("tfdet", "porting", "savedmodel"))
 print(json.dumps(report))
 """
@@ -238,9 +253,10 @@ def retinanet_model(images, tmp_path_factory):
     return predictor, out
 
 
-def child_command(work, plan, images):
-    """The fresh interpreter (TensorFlow only) that serves `plan` ({name: (version directory, requests)})."""
-    return [sys.executable, "-c", CHILD, str(work), json.dumps(plan), json.dumps(images)]
+def child_command(work, plan, images, cli_runs=()):
+    """The fresh interpreter (TensorFlow only) that serves `plan` ({name: (version directory, requests)}), then
+    runs saved_model_cli with each of `cli_runs` ([name, arguments, stdout file])."""
+    return [sys.executable, "-c", CHILD, str(work), json.dumps(plan), json.dumps(images), json.dumps(list(cli_runs))]
 
 
 def start(work, key, command):
@@ -264,34 +280,25 @@ def child_results(work, returncode, stdout, stderr):
     return report, outputs
 
 
-# TensorFlow's saved_model_cli, found through this interpreter (a venv's python run directly has no PATH to it).
-SAVED_MODEL_CLI = [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli"]
-
-
 @pytest.fixture(scope="module")
 def processes(tiny_model, retinanet_model, images, tmp_path_factory):
-    """Fresh interpreters started as soon as the models exist, so they run while the Predictor does:
-    the child that imports only TensorFlow, `saved_model_cli show` and `saved_model_cli run`."""
+    """The fresh interpreter that imports only TensorFlow, started as soon as the models exist so that it runs
+    while the Predictor does: it serves both models, then runs `saved_model_cli show` and `saved_model_cli run`
+    on the tiny one (their standard output in work/show.txt and work/run.txt)."""
     work = tmp_path_factory.mktemp("processes")
     plan = {TINY: (str(tiny_model[1]), TINY_REQUESTS), RETINANET: (str(retinanet_model[1]), TINY_REQUESTS)}
     np.save(work / "images.npy", cv2.imread(images["shapes1"])[None, :, :, ::-1])  # image_tensor takes RGB
     tiny_dir = str(tiny_model[1])
-    commands = {
-        "child": child_command(work, plan, images),
-        "show": [*SAVED_MODEL_CLI, "show", "--dir", tiny_dir, "--tag_set", "serve", "--all"],
-        "run": [*SAVED_MODEL_CLI, "run", "--dir", tiny_dir, "--tag_set", "serve", "--signature_def", "image_tensor",
-                "--inputs", f"images={work / 'images.npy'}", "--outdir", str(work / "cli_run")],
-    }  # fmt: skip
-    started = {key: start(work, key, cmd) for key, cmd in commands.items()}
-
-    def result(key):
-        return finished(work, key, started[key])
-
-    yield work, result
-    for process in started.values():
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    cli_runs = [
+        ["show", ["show", "--dir", tiny_dir, "--tag_set", "serve", "--all"], str(work / "show.txt")],
+        ["run", ["run", "--dir", tiny_dir, "--tag_set", "serve", "--signature_def", "image_tensor",
+                 "--inputs", f"images={work / 'images.npy'}", "--outdir", str(work / "cli_run")], str(work / "run.txt")],
+    ]  # fmt: skip
+    child = start(work, "child", child_command(work, plan, images, cli_runs))
+    yield work, child
+    if child.poll() is None:
+        child.kill()
+        child.wait()
 
 
 @pytest.fixture(scope="module")
@@ -309,8 +316,8 @@ def expected(processes, tiny_model, retinanet_model, images):
 @pytest.fixture(scope="module")
 def served(processes, expected):
     """The child's report and the outputs it received, per request."""
-    work, result = processes
-    return child_results(work, *result("child"))
+    work, child = processes
+    return child_results(work, *finished(work, "child", child))
 
 
 def test_child_never_imported_our_packages(served):
@@ -429,10 +436,10 @@ def test_replace_version_swaps_whole_folders(tmp_path):
     assert sorted(p.name for p in old.iterdir()) == ["saved_model.pb"]
 
 
-def test_saved_model_cli_show_lists_signatures(processes, tiny_model):
-    returncode, stdout, stderr = processes[1]("show")
-    assert returncode == 0, stderr[-2000:]
-    signatures = parse_signature_listing(stdout)
+def test_saved_model_cli_show_lists_signatures(processes, served, tiny_model):
+    work, _ = processes
+    assert served[0]["saved_model_cli show"] == 0, (work / "child.err").read_text()[-2000:]
+    signatures = parse_signature_listing((work / "show.txt").read_text())
     assert signatures["serving_default"]["inputs"] == {"image_bytes": ("DT_STRING", "(-1)")}
     assert signatures["image_tensor"]["inputs"] == {"images": ("DT_UINT8", "(-1, -1, -1, 3)")}
     cfg = tiny_model[0].cfg
@@ -465,12 +472,11 @@ def parse_signature_listing(text):
     return signatures
 
 
-def test_saved_model_cli_run_with_npy_input(processes, expected):
+def test_saved_model_cli_run_with_npy_input(processes, served, expected):
     """`image_tensor` (RGB) through the TF1-style loader TF Serving's C++ server shares: every
     variable the graph reads is restored, and detections equal the Predictor's."""
-    work, result = processes
-    returncode, _, stderr = result("run")
-    assert returncode == 0, stderr[-2000:]
+    work, _ = processes
+    assert served[0]["saved_model_cli run"] == 0, (work / "child.err").read_text()[-2000:]
     raw = {p.stem: np.load(p) for p in (work / "cli_run").glob("*.npy")}
     assert set(raw) == {"num_detections", "detection_boxes", "detection_scores", "detection_classes",
                         "detection_masks", "detection_keypoints", "detection_keypoint_probs", "image_sizes"}  # fmt: skip
