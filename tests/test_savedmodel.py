@@ -292,7 +292,8 @@ def processes(tiny_model, retinanet_model, images, tmp_path_factory):
     cli_runs = [
         ["show", ["show", "--dir", tiny_dir, "--tag_set", "serve", "--all"], str(work / "show.txt")],
         ["run", ["run", "--dir", tiny_dir, "--tag_set", "serve", "--signature_def", "image_tensor",
-                 "--inputs", f"images={work / 'images.npy'}", "--outdir", str(work / "cli_run")], str(work / "run.txt")],
+                 "--inputs", f"images={work / 'images.npy'}", "--outdir", str(work / "cli_run")],
+         str(work / "run.txt")],
     ]  # fmt: skip
     child = start(work, "child", child_command(work, plan, images, cli_runs))
     yield work, child
