@@ -39,12 +39,8 @@ LONGEST_FIRST = (
 LOGICAL_CPUS = 4
 
 
-# Python's collection thresholds in the test processes: a young collection per 5,000 net allocations, a middle one
-# per 20 of those, a full one per 100 middle ones (at most; Python also waits for 25 % more long-lived objects).
-GC_THRESHOLDS = (5000, 20, 100)
-
-
 def pytest_sessionstart(session):
+    """Split the CPU of a process that runs tests into LOGICAL_CPUS devices, before anything initialises them."""
     if session.config.getoption("numprocesses", None) and not hasattr(session.config, "workerinput"):
         return  # pytest-xdist's controller: it runs no test and never imports TensorFlow
     from tfdet.engine.strategy import make_logical_cpus
@@ -69,6 +65,11 @@ def collective_keys_of_its_own():
 def pytest_collection_modifyitems(items):
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module's own order stays
+
+
+# Python's collection thresholds in the test processes: a young collection per 5,000 net allocations, a middle one
+# per 20 of those, a full one per 100 middle ones (at most; Python also waits for 25 % more long-lived objects).
+GC_THRESHOLDS = (5000, 20, 100)
 
 
 def pytest_collection_finish(session):

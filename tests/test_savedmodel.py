@@ -79,8 +79,9 @@ TINY_REQUESTS = {
 }
 
 # Run by a fresh interpreter: only TensorFlow and numpy, never our packages. After serving, it runs TensorFlow's
-# saved_model_cli (its `main`, as `python -m tensorflow.python.tools.saved_model_cli` does) once per entry of
-# argv[4], [name, arguments, stdout file], each exit status in the report: one TensorFlow start-up for all.
+# saved_model_cli (its `main`, as `python -m tensorflow.python.tools.saved_model_cli` does) with each argument list
+# of argv[4]: the standard output of command X in out_dir/saved_model_cli_X.txt, its exit status in the report
+# (one TensorFlow start-up for all).
 CHILD = r"""
 import contextlib, json, sys
 import numpy as np
@@ -100,17 +101,17 @@ for name, (model_dir, requests) in plan.items():
             continue
         np.savez(f"{out_dir}/{name}_{request}.npz", **{k: v.numpy() for k, v in result.items()})
         report[f"{name}/{request}"] = "ok"
-if cli_runs:
+for arguments in cli_runs:
     from tensorflow.python.tools import saved_model_cli
-for name, arguments, stdout_path in cli_runs:
+
     sys.argv = ["saved_model_cli", *arguments]
-    with open(stdout_path, "w") as stdout, contextlib.redirect_stdout(stdout):
+    with open(f"{out_dir}/saved_model_cli_{arguments[0]}.txt", "w") as stdout, contextlib.redirect_stdout(stdout):
         try:
             saved_model_cli.main()
             status = 0
         except SystemExit as done:
             status = done.code or 0
-    report[f"saved_model_cli {name}"] = status
+    report[f"saved_model_cli {arguments[0]}"] = status
 report["our_modules"] = sorted(m for m in sys.modules if m.split(".")[0] in ("tfdet", "porting", "savedmodel"))
 print(json.dumps(report))
 """
@@ -255,7 +256,7 @@ def retinanet_model(images, tmp_path_factory):
 
 def child_command(work, plan, images, cli_runs=()):
     """The fresh interpreter (TensorFlow only) that serves `plan` ({name: (version directory, requests)}), then
-    runs saved_model_cli with each of `cli_runs` ([name, arguments, stdout file])."""
+    runs saved_model_cli with each argument list of `cli_runs`."""
     return [sys.executable, "-c", CHILD, str(work), json.dumps(plan), json.dumps(images), json.dumps(list(cli_runs))]
 
 
@@ -281,19 +282,18 @@ def child_results(work, returncode, stdout, stderr):
 
 
 @pytest.fixture(scope="module")
-def processes(tiny_model, retinanet_model, images, tmp_path_factory):
-    """The fresh interpreter that imports only TensorFlow, started as soon as the models exist so that it runs
-    while the Predictor does: it serves both models, then runs `saved_model_cli show` and `saved_model_cli run`
-    on the tiny one (their standard output in work/show.txt and work/run.txt)."""
+def serving_child(tiny_model, retinanet_model, images, tmp_path_factory):
+    """(work folder, the fresh interpreter that imports only TensorFlow), started as soon as the models exist so
+    that it runs while the Predictor does: it serves both models, then runs `saved_model_cli show` and
+    `saved_model_cli run` on the tiny one."""
     work = tmp_path_factory.mktemp("processes")
     plan = {TINY: (str(tiny_model[1]), TINY_REQUESTS), RETINANET: (str(retinanet_model[1]), TINY_REQUESTS)}
     np.save(work / "images.npy", cv2.imread(images["shapes1"])[None, :, :, ::-1])  # image_tensor takes RGB
     tiny_dir = str(tiny_model[1])
     cli_runs = [
-        ["show", ["show", "--dir", tiny_dir, "--tag_set", "serve", "--all"], str(work / "show.txt")],
-        ["run", ["run", "--dir", tiny_dir, "--tag_set", "serve", "--signature_def", "image_tensor",
-                 "--inputs", f"images={work / 'images.npy'}", "--outdir", str(work / "cli_run")],
-         str(work / "run.txt")],
+        ["show", "--dir", tiny_dir, "--tag_set", "serve", "--all"],
+        ["run", "--dir", tiny_dir, "--tag_set", "serve", "--signature_def", "image_tensor",
+         "--inputs", f"images={work / 'images.npy'}", "--outdir", str(work / "cli_run")],
     ]  # fmt: skip
     child = start(work, "child", child_command(work, plan, images, cli_runs))
     yield work, child
@@ -303,8 +303,8 @@ def processes(tiny_model, retinanet_model, images, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def expected(processes, tiny_model, retinanet_model, images):
-    """Predictor results for every request the processes make, computed while they run."""
+def expected(serving_child, tiny_model, retinanet_model, images):
+    """Predictor results for every request the serving child makes, computed while it runs."""
     predictor = tiny_model[0]
     result = {}
     for name, model in ((TINY, tiny_model), (RETINANET, retinanet_model)):
@@ -315,9 +315,9 @@ def expected(processes, tiny_model, retinanet_model, images):
 
 
 @pytest.fixture(scope="module")
-def served(processes, expected):
+def served(serving_child, expected):
     """The child's report and the outputs it received, per request."""
-    work, child = processes
+    work, child = serving_child
     return child_results(work, *finished(work, "child", child))
 
 
@@ -437,10 +437,10 @@ def test_replace_version_swaps_whole_folders(tmp_path):
     assert sorted(p.name for p in old.iterdir()) == ["saved_model.pb"]
 
 
-def test_saved_model_cli_show_lists_signatures(processes, served, tiny_model):
-    work, _ = processes
+def test_saved_model_cli_show_lists_signatures(serving_child, served, tiny_model):
+    work, _ = serving_child
     assert served[0]["saved_model_cli show"] == 0, (work / "child.err").read_text()[-2000:]
-    signatures = parse_signature_listing((work / "show.txt").read_text())
+    signatures = parse_signature_listing((work / "saved_model_cli_show.txt").read_text())
     assert signatures["serving_default"]["inputs"] == {"image_bytes": ("DT_STRING", "(-1)")}
     assert signatures["image_tensor"]["inputs"] == {"images": ("DT_UINT8", "(-1, -1, -1, 3)")}
     cfg = tiny_model[0].cfg
@@ -473,10 +473,10 @@ def parse_signature_listing(text):
     return signatures
 
 
-def test_saved_model_cli_run_with_npy_input(processes, served, expected):
+def test_saved_model_cli_run_with_npy_input(serving_child, served, expected):
     """`image_tensor` (RGB) through the TF1-style loader TF Serving's C++ server shares: every
     variable the graph reads is restored, and detections equal the Predictor's."""
-    work, _ = processes
+    work, _ = serving_child
     assert served[0]["saved_model_cli run"] == 0, (work / "child.err").read_text()[-2000:]
     raw = {p.stem: np.load(p) for p in (work / "cli_run").glob("*.npy")}
     assert set(raw) == {"num_detections", "detection_boxes", "detection_scores", "detection_classes",
