@@ -9,9 +9,11 @@ branch uses it with +weight (`maskrcnn_benchmark/layers/gradient_scalar_layer.py
 import keras
 import tensorflow as tf
 
+from tfdet.ops.custom_gradient import custom_gradient
+
 
 def _scale_gradient(x, scale):
-    @tf.custom_gradient
+    @custom_gradient
     def identity(value):
         def grad(upstream):
             return upstream * tf.cast(scale, upstream.dtype)

@@ -15,6 +15,8 @@ were a third of the ops to trace. Here the backward pass holds about 20 per laye
 
 import tensorflow as tf
 
+from tfdet.ops.custom_gradient import custom_gradient
+
 
 def group_norm(x, gamma, beta, groups, epsilon):
     """Group-normalise `x` (N, ..., C) over `groups` groups of its last axis; gamma, beta (C,); same dtype as x.
@@ -29,7 +31,7 @@ def group_norm(x, gamma, beta, groups, epsilon):
     statistics_axes = [*range(1, rank - 1), rank]  # in the (N, ..., groups, per_group) layout
     sum_axes = list(range(rank - 1))  # batch and spatial axes of that layout: what gamma and beta see
 
-    @tf.custom_gradient
+    @custom_gradient
     def normalize(x, gamma, beta):
         # Each constant is made once and reused (every Python literal handed to an op becomes a Const op).
         group_dims = tf.constant([groups, per_group])

@@ -33,6 +33,7 @@ import numbers
 
 import tensorflow as tf
 
+from tfdet.ops.custom_gradient import custom_gradient
 from tfdet.ops.map_fn import map_fn
 
 # Per-pixel window of consecutive samples examined by the adaptive path: a pixel receives at most 4
@@ -124,10 +125,8 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size):
     contributions per pixel with one segment sum over every image's pixels: deterministic, nothing lost.
     """
     num_images = len(images)
-    # boxes, box_indices and levels are arguments (with no gradient), not captures: in graph mode
-    # tf.custom_gradient walks the graph back from the crops to its arguments, and a capture would send it
-    # through the whole network that computed the boxes (0.5 s of tracing per call on the tiny model).
-    @tf.custom_gradient
+    # boxes, box_indices and levels are arguments whose gradient is None: nothing flows back into the boxes.
+    @custom_gradient
     def crop(boxes, box_indices, levels, *images):
         if num_images == 1:
             crops = tf.image.crop_and_resize(images[0], boxes, box_indices, crop_size)
@@ -149,7 +148,7 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size):
 
         return crops, gradient
 
-    # tf.custom_gradient takes tensors only: one image gets a placeholder scalar that `crop` never reads.
+    # custom_gradient takes tensors only: one image gets a placeholder scalar that `crop` never reads.
     levels = tf.zeros([], tf.int32) if levels is None else tf.cast(levels, tf.int32)
     return crop(boxes, box_indices, levels, *images)
 
@@ -338,7 +337,7 @@ def _contract_dense(features, row_weights, col_weights, box_indices):
 
     rows, cols = in_chunks(image_rows), in_chunks(col_weights)
 
-    @tf.custom_gradient
+    @custom_gradient
     def contract(table):
         def pool_chunk(chunk_weights):
             chunk_rows, chunk_cols = chunk_weights

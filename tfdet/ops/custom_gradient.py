@@ -1,0 +1,51 @@
+"""`custom_gradient`: `tf.custom_gradient` for functions of tensors, without its leak in graph mode.
+
+In graph mode (every tf.function trace) `tf.custom_gradient` registers each call's gradient function in
+TensorFlow's process-wide gradient registry under a new name and never removes it. That function holds tensors
+of the graph being traced, so every graph that used it (a whole detector's) stayed alive for the life of the
+process, and every full garbage collection walked it again. Here each call's gradient function is kept by the
+graph it belongs to (and goes with it), found there by one gradient function registered once.
+"""
+
+import tensorflow as tf
+from tensorflow.python.eager import record
+
+_GRADIENT_TYPE = "TfdetGraphCustomGradient"
+_GRAPH_ATTRIBUTE = "_tfdet_custom_gradients"
+
+
+@tf.RegisterGradient(_GRADIENT_TYPE)
+def _gradient_kept_by_the_graph(op, *output_gradients):
+    """Symbolic differentiation (tf.gradients, gradients of nested graphs): the gradient of this very call."""
+    return getattr(op.graph, _GRAPH_ATTRIBUTE)[op.name](*output_gradients)
+
+
+def custom_gradient(f):
+    """Decorator like `tf.custom_gradient`: `f(*tensors)` returns (result, gradient) where `gradient(*dy)` gives
+    one gradient (or None) per argument. `f` takes tensors only and reads no variable itself."""
+
+    def call(*args):
+        if tf.executing_eagerly():  # the eager tape keeps the gradient function only as long as it needs it
+            return tf.custom_gradient(f)(*args)
+        args = [tf.convert_to_tensor(arg) for arg in args]
+        result, gradient = f(*args)
+        flat_result = tf.nest.flatten(result)
+        count = len(flat_result)
+
+        def gradient_of_the_inputs(*output_gradients):
+            input_gradients = gradient(*output_gradients[:count])
+            if not isinstance(input_gradients, (list, tuple)):
+                input_gradients = [input_gradients]
+            return [None] * count + list(input_gradients)  # nothing flows back into the forward computation
+
+        graph = tf.compat.v1.get_default_graph()
+        inputs = flat_result + args
+        with graph.gradient_override_map({"IdentityN": _GRADIENT_TYPE}):
+            outputs = tf.identity_n(inputs)
+        if not hasattr(graph, _GRAPH_ATTRIBUTE):
+            setattr(graph, _GRAPH_ATTRIBUTE, {})
+        getattr(graph, _GRAPH_ATTRIBUTE)[outputs[0].op.name] = gradient_of_the_inputs
+        record.record_operation(f.__name__, outputs, inputs, gradient_of_the_inputs)  # what a GradientTape uses
+        return tf.nest.pack_sequence_as(result, outputs[:count])
+
+    return call
