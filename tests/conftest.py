@@ -62,6 +62,21 @@ def collective_keys_of_its_own():
     tf.distribute.MirroredStrategy._collective_key_base = next(_COLLECTIVE_KEY_BASES)
 
 
+# TensorFlow's own tf.custom_gradient (in ReplicaContext.all_reduce, which Keras' optimizer calls on every
+# training step it traces) registers each trace's gradient function in TensorFlow's global gradient registry and
+# never removes it: each traced training step, the whole graph, stayed alive in the test process. Our code does
+# not register per trace (tfdet.ops.custom_gradient); TensorFlow's registrations of a module are dropped when it
+# ends, so that its graphs go with it (and later full collections do not walk them).
+@pytest.fixture(autouse=True, scope="module")
+def tensorflow_drops_the_modules_custom_gradients():
+    yield
+    from tensorflow.python.framework import ops
+
+    registry = ops._gradient_registry._registry
+    for name in [name for name in registry if name.startswith("CustomGradient-")]:
+        del registry[name]
+
+
 def pytest_collection_modifyitems(items):
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module's own order stays
