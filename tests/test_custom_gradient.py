@@ -6,6 +6,7 @@ import gc
 import weakref
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tfdet.ops.custom_gradient import custom_gradient
@@ -84,3 +85,14 @@ def test_a_traced_graph_goes_with_its_function():
     del function
     gc.collect()
     assert graph() is None
+
+
+def test_a_function_reading_a_variable_is_refused_in_a_graph():
+    variable = tf.Variable(2.0)
+
+    @custom_gradient
+    def scaled(x):
+        return x * variable, lambda dy: dy * variable
+
+    with pytest.raises(ValueError, match="scaled reads variables; pass their values as arguments"):
+        tf.function(scaled).get_concrete_function(X)

@@ -28,7 +28,10 @@ def custom_gradient(f):
         if tf.executing_eagerly():  # the eager tape keeps the gradient function only as long as it needs it
             return tf.custom_gradient(f)(*args)
         args = [tf.convert_to_tensor(arg) for arg in args]
-        result, gradient = f(*args)
+        with record.VariableWatcher() as watcher:
+            result, gradient = f(*args)
+        if watcher.watched_variables():  # their gradient would silently be nothing
+            raise ValueError(f"custom_gradient: {f.__name__} reads variables; pass their values as arguments")
         flat_result = tf.nest.flatten(result)
         count = len(flat_result)
 
