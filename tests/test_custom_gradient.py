@@ -96,3 +96,20 @@ def test_a_function_reading_a_variable_is_refused_in_a_graph():
 
     with pytest.raises(ValueError, match="scaled reads variables; pass their values as arguments"):
         tf.function(scaled).get_concrete_function(X)
+
+
+def test_a_saved_model_keeps_the_custom_gradient(tmp_path):
+    """tf.saved_model.save with its default options saves each call's gradient function (found through the
+    registry under the call's own name); the loaded function, differentiated after the original is gone, gives
+    the custom gradient."""
+    module = tf.Module()
+    module.square = tf.function(lambda x: square_with_gradient_three(x, x), input_signature=[tf.TensorSpec([3])])
+    tf.saved_model.save(module, str(tmp_path))
+    del module
+    gc.collect()
+    loaded = tf.saved_model.load(str(tmp_path))
+    with tf.GradientTape() as tape:
+        tape.watch(X)
+        loss = tf.reduce_sum(loaded.square(X))
+    np.testing.assert_array_equal(loaded.square(X), X * X)
+    np.testing.assert_array_equal(tape.gradient(loss, X), [3.0, 3.0, 3.0])

@@ -4,20 +4,28 @@ In graph mode (every tf.function trace) `tf.custom_gradient` registers each call
 TensorFlow's process-wide gradient registry under a new name and never removes it. That function holds tensors
 of the graph being traced, so every graph that used it (a whole detector's) stayed alive for the life of the
 process, and every full garbage collection walked it again. Here each call's gradient function is kept by the
-graph it belongs to (and goes with it), found there by one gradient function registered once.
+graph it belongs to (and goes with it); the registry keeps, under the call's own name as TensorFlow's does (which
+`tf.gradients` and SavedModel's saving of custom gradients look up), only a small function holding a weak
+reference to that graph.
 """
+
+import functools
+import itertools
+import weakref
 
 import tensorflow as tf
 from tensorflow.python.eager import record
 
-_GRADIENT_TYPE = "TfdetGraphCustomGradient"
 _GRAPH_ATTRIBUTE = "_tfdet_custom_gradients"
+_CALL_NUMBERS = itertools.count()
 
 
-@tf.RegisterGradient(_GRADIENT_TYPE)
-def _gradient_kept_by_the_graph(op, *output_gradients):
-    """Symbolic differentiation (tf.gradients, gradients of nested graphs): the gradient of this very call."""
-    return getattr(op.graph, _GRAPH_ATTRIBUTE)[op.name](*output_gradients)
+def _gradient_kept_by_the_graph(graph_ref, name, unused_op, *output_gradients):
+    """The gradient function of call `name`, found on its graph (TensorFlow passes no op when saving it)."""
+    graph = graph_ref()
+    if graph is None:
+        raise LookupError(f"the graph that traced custom gradient {name} no longer exists")
+    return getattr(graph, _GRAPH_ATTRIBUTE)[name](*output_gradients)
 
 
 def custom_gradient(f):
@@ -42,12 +50,14 @@ def custom_gradient(f):
             return [None] * count + list(input_gradients)  # nothing flows back into the forward computation
 
         graph = tf.compat.v1.get_default_graph()
-        inputs = flat_result + args
-        with graph.gradient_override_map({"IdentityN": _GRADIENT_TYPE}):
-            outputs = tf.identity_n(inputs)
         if not hasattr(graph, _GRAPH_ATTRIBUTE):
             setattr(graph, _GRAPH_ATTRIBUTE, {})
-        getattr(graph, _GRAPH_ATTRIBUTE)[outputs[0].op.name] = gradient_of_the_inputs
+        name = f"TfdetCustomGradient-{next(_CALL_NUMBERS)}"
+        getattr(graph, _GRAPH_ATTRIBUTE)[name] = gradient_of_the_inputs
+        tf.RegisterGradient(name)(functools.partial(_gradient_kept_by_the_graph, weakref.ref(graph), name))
+        inputs = flat_result + args
+        with graph.gradient_override_map({"IdentityN": name}):
+            outputs = tf.identity_n(inputs)
         record.record_operation(f.__name__, outputs, inputs, gradient_of_the_inputs)  # what a GradientTape uses
         return tf.nest.pack_sequence_as(result, outputs[:count])
 
