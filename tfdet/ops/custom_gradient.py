@@ -11,6 +11,7 @@ reference to that graph.
 
 import functools
 import itertools
+import threading
 import weakref
 
 import tensorflow as tf
@@ -18,6 +19,7 @@ from tensorflow.python.eager import record
 
 _GRAPH_ATTRIBUTE = "_tfdet_custom_gradients"
 _CALL_NUMBERS = itertools.count()
+_GRAPH_ATTRIBUTE_LOCK = threading.Lock()
 
 
 def _gradient_kept_by_the_graph(graph_ref, name, unused_op, *output_gradients):
@@ -26,6 +28,15 @@ def _gradient_kept_by_the_graph(graph_ref, name, unused_op, *output_gradients):
     if graph is None:
         raise LookupError(f"the graph that traced custom gradient {name} no longer exists")
     return getattr(graph, _GRAPH_ATTRIBUTE)[name](*output_gradients)
+
+
+def _gradients_of(graph):
+    """{call name: gradient function} kept by `graph`, made once even when the replica threads of a tf.distribute
+    strategy trace into it side by side."""
+    with _GRAPH_ATTRIBUTE_LOCK:
+        if not hasattr(graph, _GRAPH_ATTRIBUTE):
+            setattr(graph, _GRAPH_ATTRIBUTE, {})
+        return getattr(graph, _GRAPH_ATTRIBUTE)
 
 
 def custom_gradient(f):
@@ -50,10 +61,8 @@ def custom_gradient(f):
             return [None] * count + list(input_gradients)  # nothing flows back into the forward computation
 
         graph = tf.compat.v1.get_default_graph()
-        if not hasattr(graph, _GRAPH_ATTRIBUTE):
-            setattr(graph, _GRAPH_ATTRIBUTE, {})
         name = f"TfdetCustomGradient-{next(_CALL_NUMBERS)}"
-        getattr(graph, _GRAPH_ATTRIBUTE)[name] = gradient_of_the_inputs
+        _gradients_of(graph)[name] = gradient_of_the_inputs
         tf.RegisterGradient(name)(functools.partial(_gradient_kept_by_the_graph, weakref.ref(graph), name))
         inputs = flat_result + args
         with graph.gradient_override_map({"IdentityN": name}):
