@@ -64,9 +64,9 @@ def collective_keys_of_its_own():
 
 # TensorFlow's own tf.custom_gradient (in ReplicaContext.all_reduce, which Keras' optimizer calls on every
 # training step it traces) registers each trace's gradient function in TensorFlow's global gradient registry and
-# never removes it: each traced training step, the whole graph, stayed alive in the test process. Our code does
-# not register per trace (tfdet.ops.custom_gradient); TensorFlow's registrations of a module are dropped when it
-# ends, so that its graphs go with it (and later full collections do not walk them).
+# never removes it: each traced training step, the whole graph, stayed alive in the test process. Our own
+# registrations hold only a weak reference to their graph (tfdet.ops.custom_gradient); TensorFlow's registrations
+# of a module are dropped when it ends, so that its graphs go with it (and later full collections do not walk them).
 @pytest.fixture(autouse=True, scope="module")
 def tensorflow_drops_the_modules_custom_gradients():
     yield
