@@ -1,6 +1,6 @@
-"""One domain-adaptation training step of the tiny DA Faster R-CNN under `default` and `mirrored` (two logical
-CPUs) gives the same update on the same global batch, and the mirrored pipeline gives every
-replica a source and a target image; (slow) the same under `multi_worker`, two worker processes."""
+"""The mirrored DA pipeline gives every replica a source and a target image; (slow) one domain-adaptation training
+step of the tiny DA Faster R-CNN under `default` and `mirrored` (two logical CPUs) gives the same update on the
+same global batch, and the same under `multi_worker`, two worker processes."""
 
 import json
 import os
@@ -55,12 +55,36 @@ def global_batch(data_dir):
     return source, target, {name: tf.gather(value, REPLICA_ORDER) for name, value in batch.items()}
 
 
+def da_data(root):
+    """Source (8 shapes images) and foggy target (4) folders under `root`/data, generated."""
+    shapes_images(root / "data" / "source", num_images=8)
+    shapes.generate(root / "data" / "target", 4, seed=11, image_size=96, split_name="train", style="foggy")
+    return root / "data"
+
+
+def test_mirrored_pipeline_gives_each_replica_a_source_and_a_target_image(tmp_path):
+    """The DA pipeline under `mirrored` (two logical CPUs): each replica's batch is [source, target], as the
+    one-device batch is [s0, s1, t0, t1] (the step's equivalence on such batches: the slow test below)."""
+    source, target = domain_roidbs(da_data(tmp_path))
+    for split, expected in ((("TRAIN.IMS_PER_BATCH", "4"), [[True, True, False, False]]),
+                            (("TRAIN.IMS_PER_BATCH", "2", "NUM_GPUS", "2"), [[True, False], [True, False]])):
+        cfg = da_cfg(*AFFINE_BODY, *split)
+        trainer = Trainer(cfg, tmp_path / f"replicas{len(expected)}", strategy=build_strategy(cfg), roidb=source,
+                          target_roidb=target, progress=False)
+        batch = next(iter(trainer.distributed_dataset(0)))
+        flags = [t.numpy() for t in trainer.strategy.experimental_local_results(batch["is_source"])]
+        assert trainer.strategy.num_replicas_in_sync == len(expected)
+        np.testing.assert_array_equal(np.stack(flags), expected)
+
+
+# Slow (the DA step traced for one device and for two replicas, ~22 s of a core). By default the mirrored step of the
+# detector is tests/test_trainer.py's (the same Trainer, strategy and loss normalisation), and the pipeline's
+# replica batches are the test above.
+@pytest.mark.slow
 def test_one_da_step_mirrored_over_two_cpus_equals_one_device_on_the_global_batch(tmp_path):
     """One DA step on the 2 + 2 image global batch under each strategy (`default`: one device; `mirrored`: two
     logical CPUs), with the domain flags each replica's batch from the real pipeline holds."""
-    shapes_images(tmp_path / "data" / "source", num_images=8)
-    shapes.generate(tmp_path / "data" / "target", 4, seed=11, image_size=96, split_name="train", style="foggy")
-    source, target, batch = global_batch(tmp_path / "data")
+    source, target, batch = global_batch(da_data(tmp_path))
     steps = {}
     for strategy_name, split, dataset in default_and_mirrored(batch):
         cfg = da_cfg(*AFFINE_BODY, *ALL_PROPOSALS, *split)
@@ -105,13 +129,12 @@ def multi_worker_child_main(data_dir, out_dir):
 # Slow (three processes tracing the DA step side by side, as the detector's multi-worker test of test_trainer.py).
 @pytest.mark.slow
 def test_one_da_step_on_two_workers_equals_one_device_on_the_global_batch(tmp_path):
-    shapes_images(tmp_path / "data" / "source", num_images=8)
-    shapes.generate(tmp_path / "data" / "target", 4, seed=11, image_size=96, split_name="train", style="foggy")
+    data_dir = da_data(tmp_path)
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     envs = [{"TF_CONFIG": json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}})}
             for i in range(2)] + [{}]
     run_in_children("test_domain_adaptation_strategy", "multi_worker_child_main",
-                    [(str(tmp_path / "data"), str(tmp_path))] * 3, envs)
+                    [(str(data_dir), str(tmp_path))] * 3, envs)
     single, first, second = (np.load(tmp_path / f"{name}.npz") for name in ("default", "worker0", "worker1"))
     np.testing.assert_array_equal(single["replica_flags"], [[True, True, False, False]])
     for worker in (first, second):  # each worker's pipeline: one source and one target image
