@@ -128,7 +128,7 @@ def assert_resumed_to_the_full_run(full_dir, resumed_dir, exact):
                 np.testing.assert_allclose(resumed[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
 
 
-def test_train_end_to_end_then_resume_from_the_iteration_2_checkpoint(tmp_path, monkeypatch, capsys, caplog):
+def test_train_end_to_end_then_resume_from_a_checkpoint(tmp_path, monkeypatch, capsys, caplog):
     """`main` in this process: the whole run, then a folder holding only its iteration-2 checkpoint (what a run
     killed after that checkpoint leaves; the kill itself: the slow test below) trains on to the same state."""
     monkeypatch.setenv("TFDET_DATA_DIR", str(small_data_root(tmp_path / "data", monkeypatch)))

@@ -243,7 +243,7 @@ SUPPORT = {
     ),
     "TRAIN.GT_MIN_AREA": Implemented("tests/test_roidb.py::test_gt_min_area_drops_small_objects"),
     "TRAIN.FREEZE_CONV_BODY": Implemented("tests/test_training_graph.py::test_freeze_at_and_freeze_conv_body"),
-    "TRAIN.AUTO_RESUME": Implemented("tests/test_train_cli.py::test_train_end_to_end_and_resume_after_sigkill"),
+    "TRAIN.AUTO_RESUME": Implemented("tests/test_train_cli.py::test_train_end_to_end_then_resume_from_a_checkpoint"),
     "TRAIN.COPY_WEIGHTS": Implemented(_OURS + "test_copy_weights_copies_the_initial_weights_file"),
     "TRAIN.FREEZE_AT": Implemented("tests/test_backbones.py::test_freeze_at_freezes_stem_and_stages_up_to_it"),
     # ---- DATA_LOADER ----
@@ -579,7 +579,7 @@ SUPPORT = {
     "RNG_SEED": Implemented("tests/test_trainer.py::test_image_seeds_number_images_across_replicas"),
     "EPS": Refused(_NEVER_READ, MODEL_USES, "leave it at its default"),
     "ROOT_DIR": _VOC_EVALUATOR,
-    "OUTPUT_DIR": Implemented("tests/test_train_cli.py::test_train_end_to_end_and_resume_after_sigkill"),
+    "OUTPUT_DIR": Implemented("tests/test_train_cli.py::test_train_end_to_end_then_resume_from_a_checkpoint"),
     "MATLAB": _VOC_EVALUATOR,
     "MEMONGER": NoEffect("utils/train.py shares Caffe2 gradient blobs to save GPU memory: the same values"),
     "MEMONGER_SHARE_ACTIVATIONS": NoEffect("memonger also shares activation blobs: memory only"),
