@@ -1,7 +1,7 @@
 """TFDET.DEVICE_MAP (model parallelism): parts of zoo models, clear errors, and, on 4 logical CPUs (conftest.py),
 the traced training step (forward and gradient ops of the mapped parts on /CPU:1, the rest not), the same update
-as without a map, the inference model, and mirrored replicas on /CPU:0 and /CPU:2 shifting a part to /CPU:1 and
-/CPU:3."""
+as without a map, the inference model, and (slow) mirrored replicas on /CPU:0 and /CPU:2 shifting a part to /CPU:1
+and /CPU:3."""
 
 import pathlib
 import warnings
@@ -123,8 +123,7 @@ def _weights(model):
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     """One Faster R-CNN training step without and with MAP on /CPU:0 (the mapped one traced first: the step
-    runs that graph), the inference model with MAP, and a mirrored RPN-only step over /CPU:0 and /CPU:2 with
-    MIRRORED_MAP (+ its trace): {name: placements, losses, weights or detection counts}."""
+    runs that graph) and the inference model with MAP: {name: placements, losses, weights or detection counts}."""
     import tensorflow as tf
 
     from tfdet.engine.op_devices import replicated_batch, trace_training_step
@@ -150,13 +149,25 @@ def report(tmp_path_factory):
     with cpu_graph_options():  # as the Predictor runs it
         report["num_detections"] = function(images)["num_detections"].numpy().tolist()
 
-    strategy = tf.distribute.MirroredStrategy(["/CPU:0", "/CPU:2"])
-    mirrored_cfg = tiny_cfg(*RPN_ONLY, "TFDET.DEVICE_MAP", MIRRORED_MAP, "NUM_GPUS", "2", "TRAIN.IMS_PER_BATCH", "1")
-    trainer = Trainer(mirrored_cfg, out_dir / "mirrored", strategy=strategy, progress=False)
-    one_image = {k: v[:1] for k, v in batch.items()}
-    report["mirrored"] = _placements(trace_training_step(trainer, one_image), trainer.model)
-    report["losses_mirrored"] = trainer.train_step(replicated_batch(strategy, one_image))
     return report
+
+
+@pytest.fixture(scope="module")
+def mirrored_report(tmp_path_factory):
+    """A mirrored RPN-only step over /CPU:0 and /CPU:2 with MIRRORED_MAP: its placements and losses."""
+    import tensorflow as tf
+
+    from tfdet.engine.op_devices import replicated_batch, trace_training_step
+    from tfdet.engine.trainer import Trainer
+
+    out_dir = tmp_path_factory.mktemp("mirrored_device_map")
+    shapes_images(out_dir / "shapes", num_images=4)
+    mirrored_cfg = tiny_cfg(*RPN_ONLY, "TFDET.DEVICE_MAP", MIRRORED_MAP, "NUM_GPUS", "2", "TRAIN.IMS_PER_BATCH", "1")
+    batch = first_batch(mirrored_cfg, shapes_roidb(out_dir / "shapes", min_objects=2, generate=False))
+    strategy = tf.distribute.MirroredStrategy(["/CPU:0", "/CPU:2"])
+    trainer = Trainer(mirrored_cfg, out_dir / "mirrored", strategy=strategy, progress=False)
+    return {"mirrored": _placements(trace_training_step(trainer, batch), trainer.model),
+            "losses_mirrored": trainer.train_step(replicated_batch(strategy, batch))}
 
 
 def test_mapped_parts_run_forward_and_backward_on_device_1_and_the_rest_elsewhere(report):
@@ -193,7 +204,11 @@ def test_inference_model_runs_mapped_parts_on_device_1(report):
     assert len(report["num_detections"]) == 2  # it ran, one count per image
 
 
-def test_mirrored_replicas_shift_the_mapped_part_by_their_device_offset(report):
+# Slow (two replicas of the step traced, ~7 s of a core): model parallelism inside data parallelism. By default the
+# mapped parts' placement is checked on one replica above.
+@pytest.mark.slow
+def test_mirrored_replicas_shift_the_mapped_part_by_their_device_offset(mirrored_report):
+    report = mirrored_report
     devices = {}
     for device, _, part, op_type, name in report["mirrored"]:
         if part == "rpn" and op_type not in VARIABLE_OPS:
