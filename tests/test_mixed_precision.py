@@ -34,6 +34,9 @@ MIN_MATCHED, MEAN_SCORE_DIFFERENCE, MEDIAN_BOX_SHIFT, MEAN_MASK_IOU = 8, 0.02, 0
 # computes the convolutions in bfloat16 itself: the random-start losses (10 to 120) then move by up to 3.5 % (measured),
 # against under 2 % where bfloat16 is emulated in float32.
 LOSS_RTOL, UPDATE_TOLERANCE = 0.05, 0.1
+# A term near zero (a loss over one or two sampled foreground RoIs) rests on which RoIs the sampling keeps, which
+# rounding can flip: with one intra-op thread instead of two, a term was 0 in bfloat16 against 0.012 in float32.
+LOSS_ATOL = 0.05
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -130,7 +133,7 @@ def test_bfloat16_training_step_follows_the_float32_step(batch, tmp_path):
     losses16, updates16 = _step(tiny_cfg(*SMALL, *BF16), batch, tmp_path / "bfloat16")
     assert keras.config.dtype_policy().name == "float32"
     assert losses16.keys() == losses32.keys()
-    np.testing.assert_allclose(list(losses16.values()), list(losses32.values()), rtol=LOSS_RTOL)
+    np.testing.assert_allclose(list(losses16.values()), list(losses32.values()), rtol=LOSS_RTOL, atol=LOSS_ATOL)
     difference = np.sqrt(sum(np.sum((updates16[n] - updates32[n]) ** 2) for n in updates32))
     assert difference / np.sqrt(sum(np.sum(u**2) for u in updates32.values())) < UPDATE_TOLERANCE
 
