@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from test_device_map import SMALL
-from training_fixtures import first_batch, shapes_roidb, tiny_cfg
+from training_fixtures import first_batch, functions_run_eagerly, shapes_roidb, tiny_cfg
 
 from tfdet.config import load_config
 from tfdet.engine.optimizer import DetectronSGD, update_rules, variable_roles
@@ -80,8 +80,8 @@ def inference_outputs(batch):
             for variable in model.get_layer(name).weights:
                 variable.assign(tf.zeros_like(variable))
     images = {"images": batch["images"], "image_info": batch["image_info"]}
-    float32, bfloat16 = ({k: v.numpy() for k, v in tf.function(model, autograph=False)(images).items()}
-                         for model in models)
+    float32 = {k: v.numpy() for k, v in models[0](images).items()}  # the reference op by op
+    bfloat16 = {k: v.numpy() for k, v in tf.function(models[1], autograph=False)(images).items()}  # traced, as served
     return float32, bfloat16, models[1]
 
 
@@ -129,7 +129,8 @@ def _step(cfg, batch, directory):
 
 
 def test_bfloat16_training_step_follows_the_float32_step(batch, tmp_path):
-    losses32, updates32 = _step(tiny_cfg(*SMALL), batch, tmp_path / "float32")
+    with functions_run_eagerly():  # the float32 reference op by op; the bfloat16 step traced, as training runs it
+        losses32, updates32 = _step(tiny_cfg(*SMALL), batch, tmp_path / "float32")
     losses16, updates16 = _step(tiny_cfg(*SMALL, *BF16), batch, tmp_path / "bfloat16")
     assert keras.config.dtype_policy().name == "float32"
     assert losses16.keys() == losses32.keys()

@@ -1,5 +1,6 @@
 """Helpers of the training tests: the tiny config, a few shapes images as a roidb, one real batch."""
 
+import contextlib
 import pathlib
 
 import tensorflow as tf
@@ -81,3 +82,15 @@ def zeroed_rpn_step(trainer, dataset, mask_head=""):
     return {**{f"initial/{n}": v for n, v in initial.items()},
             **{f"updated/{n}": v for n, v in weights_by_blob(trainer.model, mask_head).items()},
             **{f"output/{n}": v for n, v in outputs.items()}, "replicas": trainer.strategy.num_replicas_in_sync}
+
+
+@contextlib.contextmanager
+def functions_run_eagerly():
+    """Within the block tf.functions (a Trainer's step) run op by op, the same kernels without a trace: the
+    one-device reference of a step comparison costs ~1 s instead of the ~4 s its trace and first run took."""
+    previous = tf.config.functions_run_eagerly()
+    tf.config.run_functions_eagerly(True)
+    try:
+        yield
+    finally:
+        tf.config.run_functions_eagerly(previous)
