@@ -2,6 +2,7 @@
 
 import contextlib
 import pathlib
+import warnings
 
 import tensorflow as tf
 
@@ -91,6 +92,8 @@ def functions_run_eagerly():
     previous = tf.config.functions_run_eagerly()
     tf.config.run_functions_eagerly(True)
     try:
-        yield
+        with warnings.catch_warnings():  # the input pipeline's functions stay traced, as TensorFlow warns
+            warnings.filterwarnings("ignore", "Even though the `tf.config.experimental_run_functions_eagerly`")
+            yield
     finally:
         tf.config.run_functions_eagerly(previous)
