@@ -3,7 +3,6 @@ the traced training step (forward and gradient ops of the mapped parts on /CPU:1
 as without a map, the inference model, and (slow) mirrored replicas on /CPU:0 and /CPU:2 shifting a part to /CPU:1
 and /CPU:3."""
 
-import contextlib
 import pathlib
 import warnings
 
@@ -149,7 +148,7 @@ def report(tmp_path_factory):
         if name == "mapped":
             report["training"] = _placements(trace_training_step(trainer, batch), trainer.model)
         # Without a map the reference step runs op by op (no trace); the mapped one runs its traced graph.
-        with functions_run_eagerly() if name == "plain" else contextlib.nullcontext():
+        with functions_run_eagerly(name == "plain"):
             report[f"losses_{name}"] = trainer.train_step(replicated_batch(trainer.strategy, batch))
         report[f"weights_{name}"] = (initial, _weights(trainer.model))
 

@@ -107,7 +107,7 @@ def assert_full_run(full_dir, printed):
 def assert_resumed_to_the_full_run(full_dir, resumed_dir, exact):
     """The resumed run reached the uninterrupted run's iteration, LR, optimizer state (its iteration counter and
     momentum slots) and weights: bit for bit when `exact` (deterministic kernels in both processes), else within
-    float32 rounding of the same ops run again in one process."""
+    float32 rounding (the resumed steps run op by op in the test process, the full run's traced)."""
     assert metrics_records(resumed_dir)[-1]["iter"] == 3
     assert metrics_records(resumed_dir)[-1]["lr"] == metrics_records(full_dir)[-1]["lr"]
     full_state = checkpoint_values(full_dir / "model_iter-4")

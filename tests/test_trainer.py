@@ -2,7 +2,6 @@
 CPUs) gives the same update on the same global batch; TRAIN.WEIGHTS initialisation;
 (slow) two multi_worker processes train to identical weights; the tiny model overfits 8 shapes images."""
 
-import contextlib
 import json
 import os
 import pathlib
@@ -88,7 +87,7 @@ def test_one_step_mirrored_over_two_cpus_equals_one_device_on_the_global_batch(t
         cfg = tiny_cfg(*AFFINE_BODY, *EQUIVALENT_NORMALISERS, *split)
         trainer = Trainer(cfg, tmp_path / strategy_name, strategy=build_strategy(cfg), progress=False)
         # The one-device reference runs op by op; the mirrored step is traced, as training runs it.
-        with functions_run_eagerly() if strategy_name == "default" else contextlib.nullcontext():
+        with functions_run_eagerly(strategy_name == "default"):
             steps[strategy_name] = dict(zeroed_rpn_step(trainer, dataset, cfg.MRCNN.ROI_MASK_HEAD),
                                         iteration=trainer.iteration)
     single, mirrored = steps["default"], steps["mirrored"]

@@ -86,11 +86,12 @@ def zeroed_rpn_step(trainer, dataset, mask_head=""):
 
 
 @contextlib.contextmanager
-def functions_run_eagerly():
-    """Within the block tf.functions (a Trainer's step) run op by op, the same kernels without a trace: the
-    one-device reference of a step comparison costs ~1 s instead of the ~4 s its trace and first run took."""
+def functions_run_eagerly(enabled=True):
+    """Within the block tf.functions (a Trainer's step) run op by op when `enabled`, the same kernels without a
+    trace: the one-device reference of a step comparison costs ~1 s instead of the ~4 s its trace and first run
+    took. With `enabled` False the block runs as it would without it (the traced side of a comparison)."""
     previous = tf.config.functions_run_eagerly()
-    tf.config.run_functions_eagerly(True)
+    tf.config.run_functions_eagerly(enabled or previous)
     try:
         with warnings.catch_warnings():  # the input pipeline's functions stay traced, as TensorFlow warns
             warnings.filterwarnings("ignore", "Even though the `tf.config.experimental_run_functions_eagerly`")
