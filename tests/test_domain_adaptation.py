@@ -426,7 +426,7 @@ def test_target_images_need_no_annotations(tmp_path):
     images_only.write_text(json.dumps({"images": data["images"]}))
     records = target_image_records(images_only, tmp_path / "t")
     assert [(r.image_id, r.height, len(r.boxes)) for r in records] == [(1, 64, 0), (2, 64, 0)]
-    with pytest.raises(ValueError, match="not a COCO json with an 'images' list"):
+    with pytest.raises(ValueError, match="t_000000.jpg: not valid JSON"):
         target_image_records(tmp_path / "t" / "t_000000.jpg", tmp_path)
     with pytest.raises(ValueError, match="set TRAIN.TARGET_DATASETS"):
         target_roidb(da_cfg("TRAIN.TARGET_DATASETS", "()"))

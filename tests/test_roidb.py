@@ -44,7 +44,7 @@ def _write_dataset(tmp_path, annotations, images=None, categories=None):
     for image in images:
         pixels = np.full((image["height"], image["width"], 3), 90, np.uint8)
         cv2.imwrite(str(tmp_path / image["file_name"]), pixels)
-    # Non-contiguous json ids listed out of order: contiguous ids follow the sorted json ids.
+    # Non-contiguous json ids listed out of order: contiguous ids follow the json's order (Detectron's getCatIds).
     categories = categories or [
         {"id": 7, "name": "seven", "keypoints": KEYPOINT_NAMES},
         {"id": 3, "name": "three"},
@@ -66,7 +66,7 @@ def dataset(tmp_path):
         _annotation(4, 1, 3, [30, 30, 1, 5]),  # 1 px wide: x2 == x1, dropped
         _annotation(5, 1, 3, [30, 30, 5, 5], area=0.0),  # zero area, dropped
         _annotation(6, 1, 3, [30, 30, 5, 5], ignore=1),  # ignored, dropped
-        _annotation(7, 1, 3, [70, 10, 5, 5]),  # outside the image: clips to a line, dropped
+        _annotation(7, 1, 3, [59.5, 10, 5, 5]),  # mostly outside the image: clips to a line, dropped
         {
             "id": 8,
             "image_id": 1,
@@ -102,12 +102,12 @@ def test_boxes_classes_and_crowd_follow_detectron(dataset, caplog):
     ]
     np.testing.assert_array_equal(record.boxes, np.array(expected_boxes, np.float32))
     assert record.boxes.dtype == np.float32
-    # json ids 3, 7, 12 -> contiguous 1, 2, 3 whatever their order in the json
-    np.testing.assert_array_equal(record.classes, [2, 1, 3, 3])
-    assert roidb.json_category_ids == (3, 7, 12)
+    # json ids 7, 3, 12 (as listed) -> contiguous 1, 2, 3
+    np.testing.assert_array_equal(record.classes, [1, 2, 3, 3])
+    assert roidb.json_category_ids == (7, 3, 12)
     # the evaluation maps classes back the same way
     assert list(roidb.json_category_ids) == contiguous_to_json_ids(COCO(str(json_path)))[1:]
-    assert roidb.class_names == ("__background__", "three", "seven", "twelve")
+    assert roidb.class_names == ("__background__", "seven", "three", "twelve")
     assert roidb.num_classes == 4
     np.testing.assert_array_equal(record.is_crowd, [False, False, False, True])
     assert record.mask_rles is None
@@ -117,7 +117,7 @@ def test_gt_min_area_drops_small_objects(dataset):
     json_path, image_dir = dataset
     roidb = roidb_lib.load_coco_roidb(json_path, image_dir, gt_min_area=41)
     # the 40- and 25-pixel objects (json ids 1 and 8) are gone, the 42- and 100-pixel ones stay
-    np.testing.assert_array_equal(roidb.records[0].classes, [1, 3])
+    np.testing.assert_array_equal(roidb.records[0].classes, [2, 3])
 
 
 def test_keypoints_and_flip_pairs(dataset):
@@ -184,14 +184,14 @@ def test_segmentation_of_wrong_size_is_an_error(tmp_path):
     segmentation = {"size": [10, 10], "counts": rle["counts"].decode()}
     annotation = {**_annotation(1, 1, 3, [1, 1, 5, 5]), "segmentation": segmentation}
     json_path = _write_dataset(tmp_path, [annotation])
-    with pytest.raises(ValueError, match="segmentation of size"):
+    with pytest.raises(ValueError, match="RLE 'size' \\[10, 10\\] is not the image's"):
         roidb_lib.load_coco_roidb(json_path, tmp_path, with_masks=True)
 
 
 def test_missing_files_are_clear_errors(dataset, tmp_path):
     json_path, image_dir = dataset
     (image_dir / "1.jpg").unlink()
-    with pytest.raises(FileNotFoundError, match="1 training images not found.*1.jpg"):
+    with pytest.raises(FileNotFoundError, match=r"image id 1 \(1.jpg\): .*1.jpg not found"):
         roidb_lib.load_coco_roidb(json_path, image_dir)
     with pytest.raises(FileNotFoundError, match="annotation file"):
         roidb_lib.load_coco_roidb(tmp_path / "nope.json", image_dir)
@@ -222,7 +222,9 @@ def test_training_roidb_reads_the_catalog(tmp_path, monkeypatch):
     monkeypatch.setenv("TFDET_DATA_DIR", str(tmp_path))
     monkeypatch.setitem(shapes.SPLITS, "shapes_train", shapes.SplitSpec(num_images=4, seed=0, image_size=64))
     monkeypatch.setitem(shapes.SPLITS, "shapes_val", shapes.SplitSpec(num_images=3, seed=1, image_size=64))
-    cfg = load_config(None, {"TRAIN.DATASETS": ("shapes_train", "shapes_val"), "MODEL.MASK_ON": True})
+    cfg = load_config(
+        None, {"TRAIN.DATASETS": ("shapes_train", "shapes_val"), "MODEL.MASK_ON": True, "MODEL.NUM_CLASSES": 4}
+    )
     roidb = roidb_lib.training_roidb(cfg)
     assert len(roidb.records) + roidb.num_skipped == 7
     assert roidb.class_names == ("__background__", "square", "circle", "triangle")

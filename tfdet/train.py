@@ -63,6 +63,7 @@ def main(argv=None):
         print(f"error: {error}", file=sys.stderr)
         return 1
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from tfdet.data.catalog import check_evaluation_dataset, get_dataset
     from tfdet.engine.checkpoint import NonFiniteLossError  # TensorFlow is imported once the arguments are good
     from tfdet.engine.strategy import is_chief
     from tfdet.engine.trainer import CONFIG_FILE, Trainer
@@ -70,6 +71,9 @@ def main(argv=None):
 
     freeze_imports()
     try:
+        if not args.skip_test:  # the final test's datasets are checked before hours of training, not after
+            for name in cfg.TEST.DATASETS:
+                check_evaluation_dataset(get_dataset(name))
         trainer = Trainer(cfg)
         trainer.initialize()
         result = trainer.train()

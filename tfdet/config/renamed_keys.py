@@ -36,6 +36,19 @@ def _split_on_colons(value: object) -> object:
     return tuple(re.split(r":(?!//)", value)) if isinstance(value, str) else value
 
 
+def _split_dataset_list(value: object) -> object:
+    """'a:b' -> ('a', 'b') as _split_on_colons, keeping each 'coco:ANNOTATIONS.json:IMAGE_DIR' name whole:
+    'coco:x.json:imgs:a' -> ('coco:x.json:imgs', 'a')."""
+    if not isinstance(value, str):
+        return value
+    parts, names = value.split(":"), []
+    while parts:
+        take = 3 if parts[0] == "coco" else 1
+        names.append(":".join(parts[:take]))
+        del parts[:take]
+    return tuple(names)
+
+
 def _only_element(value: object) -> object:
     """(600,) -> 600; raises ValueError for several values, which have no single-value equivalent."""
     if not isinstance(value, (tuple, list)):
@@ -62,7 +75,7 @@ RENAMED_KEYS = {
         "TRAIN.DATASETS",
         "Also convert to a tuple, e.g. 'coco_2014_train' -> ('coco_2014_train',) or "
         "'coco_2014_train:coco_2014_valminusminival' -> ('coco_2014_train', 'coco_2014_valminusminival').",
-        _split_on_colons,
+        _split_dataset_list,
     ),
     "TRAIN.PROPOSAL_FILE": RenamedKey(
         "TRAIN.PROPOSAL_FILES",
@@ -79,7 +92,7 @@ RENAMED_KEYS = {
     "TEST.DATASET": RenamedKey(
         "TEST.DATASETS",
         "Also convert from a string, e.g. 'coco_2014_minival', to a tuple, e.g. ('coco_2014_minival',).",
-        _split_on_colons,
+        _split_dataset_list,
     ),
     "TEST.PROPOSAL_FILE": RenamedKey(
         "TEST.PROPOSAL_FILES",

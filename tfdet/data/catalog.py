@@ -15,13 +15,19 @@ names and folders: `cityscapes/images` (every image in one folder) with
 `caronly_filtered_gtFine_<split>.json` (car), `foggy_cityscapes/...` likewise, `sim10k/JPEGImages` with
 `sim10k/car_instances.json`, `kitti/training/image_2` with `kitti/annotations/caronly_training.json`; the
 converters of `python -m tfdet.data.convert` write them.
+
+Datasets of one's own (`tfdet.data.user_datasets`): `coco:ANNOTATIONS.json:IMAGE_DIR` names any COCO-format
+dataset (paths relative to the working directory), `register_coco_dataset` names one for this process and
+`$TFDET_DATA_DIR/datasets.yaml` for every process. Those names may not shadow the built-in ones above.
 """
 
 import difflib
 import pathlib
+import re
 from dataclasses import dataclass
 
-from tfdet.data import shapes
+from tfdet.data import shapes, user_datasets
+from tfdet.data.coco_json import checked_json
 from tfdet.data.data_root import DATA_DIR_ENV, data_root
 
 
@@ -32,6 +38,12 @@ class DatasetSpec:
     name: str
     image_dir: pathlib.Path
     annotation_file: pathlib.Path
+
+    @property
+    def file_stem(self):
+        """The name as a file name part (`results_<stem>.json`): characters other than letters, digits, '_',
+        '.', '-' become '_' (a `coco:` name holds ':' and '/')."""
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", self.name)
 
 
 def _coco(image_folder, annotation_name):
@@ -83,9 +95,27 @@ _DA_FORK_DATASETS = {
 _FILE_DATASETS = {**_COCO_DATASETS, **_DA_FORK_DATASETS}
 
 
-def dataset_names():
-    """Every name `get_dataset` knows, sorted."""
+def builtin_dataset_names():
+    """The names tfdet defines (Detectron's, the DA fork's, the shapes splits), sorted."""
     return sorted([*_FILE_DATASETS, *shapes.SPLITS])
+
+
+def dataset_names():
+    """Every name `get_dataset` knows, sorted: the built-in ones, those registered with
+    `register_coco_dataset` and those of `$TFDET_DATA_DIR/datasets.yaml` (besides any `coco:` name)."""
+    builtin = builtin_dataset_names()
+    user = {*user_datasets.registered_datasets(), *user_datasets.catalog_file_datasets(builtin)}
+    return sorted({*builtin, *user})
+
+
+def register_coco_dataset(name, annotations, image_dir):
+    """Name a COCO-format dataset (annotation json, image folder; relative paths are taken relative to the
+    working directory now) for this process: TRAIN.DATASETS, TEST.DATASETS and `get_dataset` then accept it.
+    A built-in name is refused (ValueError); registering a name again with other paths too."""
+    user_datasets.check_name(name, "register_coco_dataset")
+    if name in builtin_dataset_names():
+        raise ValueError(f"register_coco_dataset: {name!r} is the name of a built-in dataset; choose another name")
+    user_datasets.register(name, annotations, image_dir)
 
 
 def dataset_paths(name, root=None):
@@ -99,22 +129,52 @@ def dataset_paths(name, root=None):
 def get_dataset(name):
     """The DatasetSpec of a named dataset; shapes splits are generated when first asked for.
 
-    Unknown names raise KeyError naming the closest known ones; missing files raise
-    FileNotFoundError naming the missing path and the environment variable that sets the root.
+    `coco:ANNOTATIONS.json:IMAGE_DIR`, registered and datasets.yaml names are one's own datasets. Unknown
+    names raise KeyError naming the closest known ones; missing files raise FileNotFoundError naming the
+    missing path (and, for built-in names, the environment variable that sets the root); a malformed name or
+    catalog file raises ValueError.
     """
+    if user_datasets.is_coco_name(name):
+        annotation_file, image_dir = user_datasets.coco_name_paths(name)
+        return _existing(DatasetSpec(name, image_dir, annotation_file), name)
+    user_paths = user_datasets.user_dataset_paths(name, builtin_dataset_names())  # checks the catalog file
+    if user_paths is not None:
+        annotation_file, image_dir = user_paths
+        return _existing(DatasetSpec(name, image_dir, annotation_file), name)
     if name in shapes.SPLITS:
         annotation_file, image_dir = shapes.ensure_split(name)
         return DatasetSpec(name, image_dir, annotation_file)
     if name not in _FILE_DATASETS:
-        close = difflib.get_close_matches(name, dataset_names(), n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(dataset_names())}"
-        raise KeyError(f"unknown dataset {name!r}{hint}")
+        known = dataset_names()
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(known)}"
+        raise KeyError(
+            f"unknown dataset {name!r}{hint} (a COCO-format dataset of one's own: "
+            f"coco:ANNOTATIONS.json:IMAGE_DIR, or an entry of {user_datasets.catalog_file()})"
+        )
     spec = dataset_paths(name)
     for path in (spec.annotation_file, spec.image_dir):
         if not path.exists():
             raise FileNotFoundError(
                 f"dataset {name!r}: {path} not found (the data root is ${DATA_DIR_ENV}, now {data_root()})"
             )
+    return spec
+
+
+def _existing(spec, name):
+    """`spec` once its annotation file and image folder exist; FileNotFoundError naming the missing one."""
+    if not spec.annotation_file.is_file():
+        raise FileNotFoundError(f"dataset {name!r}: annotation file {spec.annotation_file} not found")
+    if not spec.image_dir.is_dir():
+        raise FileNotFoundError(f"dataset {name!r}: image folder {spec.image_dir} not found")
+    return spec
+
+
+def check_evaluation_dataset(spec, need_images=True):
+    """`spec` once its annotation json is checked (`tfdet.data.coco_json`: malformed entries, unknown
+    categories, boxes outside their image) and, when `need_images`, every image it lists is in its folder;
+    FileNotFoundError / ValueError in one line naming the file and the entry otherwise."""
+    checked_json(spec.annotation_file, spec.image_dir if need_images else None)
     return spec
 
 

@@ -16,14 +16,13 @@ Target images need no annotations (`target_roidb` reads a COCO json's `images` o
 a dummy box per image, issue #24): their ground truth is empty (num_gt 0).
 """
 
-import json
-import os
 import pathlib
 
 import numpy as np
 import tensorflow as tf
 
 from tfdet.data.catalog import configured_datasets
+from tfdet.data.coco_json import check_image_files, checked_images, load_json
 from tfdet.data.pipeline import build_train_dataset, replica_dataset_fn
 from tfdet.data.roidb import ImageRecord, Roidb
 
@@ -34,31 +33,26 @@ _SLOT_KEYS = ("gt_boxes", "gt_classes", "gt_is_crowd")
 
 
 def target_image_records(annotation_file, image_dir, check_files=True):
-    """ImageRecords without ground truth for every image of a COCO json (annotations are not read)."""
+    """ImageRecords without ground truth for every image of a COCO json (only its `images` are read and
+    checked, `tfdet.data.coco_json`; `check_files` requires each to be in `image_dir`)."""
     annotation_file, image_dir = pathlib.Path(annotation_file), pathlib.Path(image_dir)
-    if not annotation_file.is_file():
-        raise FileNotFoundError(f"target annotation file {annotation_file} not found")
-    try:
-        images = json.loads(annotation_file.read_text())["images"]
-    except (ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"{annotation_file} is not a COCO json with an 'images' list ({error!r})") from None
-    records = []
-    for image in sorted(images, key=lambda entry: entry["id"]):
-        record = ImageRecord(
-            image_id=int(image["id"]),
-            file_path=str(image_dir / image["file_name"]),
-            height=int(image["height"]),
-            width=int(image["width"]),
+    images = checked_images(annotation_file, load_json(annotation_file))
+    if check_files:
+        check_image_files(annotation_file, images, image_dir)
+    return [
+        ImageRecord(
+            image_id=image_id,
+            file_path=str(image_dir / images[image_id]["file_name"]),
+            height=images[image_id]["height"],
+            width=images[image_id]["width"],
             boxes=np.zeros((0, 4), np.float32),
             classes=np.zeros((0,), np.int32),
             is_crowd=np.zeros((0,), bool),
             keypoints=None,
             mask_rles=None,
         )
-        if check_files and not os.path.exists(record.file_path):
-            raise FileNotFoundError(f"target image not found: {record.file_path}")
-        records.append(record)
-    return records
+        for image_id in sorted(images)
+    ]
 
 
 def target_roidb(cfg, dataset_names=None):
@@ -67,9 +61,7 @@ def target_roidb(cfg, dataset_names=None):
     need = "MODEL.DOMAIN_ADAPTATION_ON needs target-domain images"
     records = []
     for spec in configured_datasets(names, "TRAIN.TARGET_DATASETS", need):
-        records += target_image_records(spec.annotation_file, spec.image_dir)
-    if not records:
-        raise ValueError(f"the target datasets {', '.join(names)} hold no image")
+        records += target_image_records(spec.annotation_file, spec.image_dir)  # a json without images is refused
     return Roidb(records, (), ("__background__",), None, (), 0)
 
 

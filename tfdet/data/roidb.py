@@ -2,44 +2,43 @@
 
 One record per image that training can use, following Detectron's `JsonDataset._add_gt_annotations`
 and `roidb.filter_for_training`:
-- Images in increasing id order; classes are contiguous ids 1..C over the json category ids in
-  increasing order (`tfdet.evaluation.contiguous_to_json_ids` maps them back). Detectron takes
-  `getCatIds()` in json order, which is the same for every COCO json (ids listed ascending).
+- The json is checked first (`tfdet.data.coco_json`): a malformed entry, an unknown category, a box
+  entirely outside its image or an image absent from the image folder is one error naming the file and entry.
+- Images in increasing id order; classes are contiguous ids 1..C over the json category ids in the
+  order the json lists them (Detectron's `getCatIds()`, the json's order, not sorted); `json_category_ids`
+  maps them back (`tfdet.evaluation.contiguous_to_json_ids` gives the same list).
 - Boxes: json (x, y, w, h) -> x1, y1, x2 = x + max(0, w - 1), y2 = y + max(0, h - 1) (the "+1"
   convention), clipped to [0, W - 1] x [0, H - 1]. An object is kept when its `area` > 0 and, after
   clipping, x2 > x1 and y2 > y1 (so boxes 1 pixel wide or tall are dropped); objects with `area` <
-  TRAIN.GT_MIN_AREA or `ignore` == 1 are dropped; polygons with fewer than 3 points are removed.
+  TRAIN.GT_MIN_AREA or `ignore` == 1 are dropped; polygons with fewer than 3 points (or an odd number of
+  coordinates) are removed, with one warning giving their count and the first annotation holding one.
 - Crowd objects stay, flagged `is_crowd` (Detectron gives them gt_overlaps -1 so they never become
   foreground; the training targets must ignore them).
 - Keypoints (K, 3) = x, y, v from the annotation (zeros when it has none). Detectron stores them as
   int32 (truncating fractional json coordinates); here they stay float32, identical for COCO, whose
   keypoints are integers.
 - An image is skipped when it has no non-crowd object left (Detectron: no foreground or background
-  RoI), or, when keypoints are required, no visible (v > 0) keypoint; the count is logged.
+  RoI), or, when keypoints are required, no visible (v > 0) keypoint. One log line per json gives the
+  objects dropped for each reason and the images skipped; a json leaving no usable image is an error.
 Horizontal flips are not added as records (Detectron's TRAIN.USE_FLIPPED doubles the roidb): the
 pipeline flips each image at random instead, so one pass over the records is one epoch.
 Segmentations are kept as COCO's compressed RLE (polygons rasterised by pycocotools at the image's
 size) only when masks are asked for, so the pipeline decodes them with TensorFlow ops.
 """
 
-import contextlib
+import collections
 import dataclasses
-import io
 import logging
-import os
 import pathlib
 
 import numpy as np
 import pycocotools.mask as mask_util
-from pycocotools.coco import COCO
 
 from tfdet.data.catalog import configured_datasets
+from tfdet.data.coco_json import DatasetError, annotation_entry, degenerate_polygons, is_valid_polygon, read_coco
 from tfdet.data.keypoint_flips import keypoint_flip_pairs
 
 logger = logging.getLogger(__name__)
-
-# Detectron's smallest valid polygon: 3 points.
-MIN_POLYGON_COORDS = 6
 
 
 @dataclasses.dataclass
@@ -120,43 +119,80 @@ def load_coco_roidb(
     """The Roidb of one COCO json: usable images and their ground truth (see the module docstring).
 
     `with_masks` keeps each object's mask as RLE; `keypoints_required` (cfg.MODEL.KEYPOINTS_ON) also
-    skips images without a visible keypoint; `gt_min_area` is cfg.TRAIN.GT_MIN_AREA.
+    skips images without a visible keypoint; `gt_min_area` is cfg.TRAIN.GT_MIN_AREA; `check_files`
+    requires every listed image to be in `image_dir`.
     """
     annotation_file, image_dir = pathlib.Path(annotation_file), pathlib.Path(image_dir)
-    if not annotation_file.is_file():
-        raise FileNotFoundError(f"annotation file {annotation_file} not found")
-    coco = _quiet_coco(annotation_file)
-    json_ids = tuple(sorted(coco.getCatIds()))
-    if not json_ids:
-        raise ValueError(f"{annotation_file} defines no categories")
+    coco = read_coco(annotation_file, image_dir if check_files else None)
+    json_ids = tuple(coco.getCatIds())  # the json's order, as Detectron's json_category_id_to_contiguous_id
     contiguous = {json_id: i + 1 for i, json_id in enumerate(json_ids)}
     class_names = ("__background__",) + tuple(coco.cats[i]["name"] for i in json_ids)
     keypoint_names = _keypoint_schema(coco, annotation_file)
     if keypoints_required and keypoint_names is None:
         raise ValueError(f"keypoints are required (MODEL.KEYPOINTS_ON) but {annotation_file} has none")
     flip_pairs = keypoint_flip_pairs(keypoint_names, keypoint_flip_map) if keypoint_names else ()
+    _warn_degenerate_polygons(annotation_file, coco.dataset)
 
-    records, missing = [], []
+    records, counts = [], collections.Counter()
     for image in coco.loadImgs(sorted(coco.getImgIds())):
-        record = _image_record(coco, image, image_dir, contiguous, keypoint_names, with_masks, gt_min_area)
-        usable = bool((~record.is_crowd).any())
-        if keypoints_required:
-            usable = usable and bool((record.keypoints[..., 2] > 0).any())
-        if usable:
-            if check_files and not os.path.exists(record.file_path):
-                missing.append(record.file_path)
+        record = _image_record(
+            coco, image, image_dir, contiguous, keypoint_names, with_masks, gt_min_area, counts, annotation_file
+        )
+        if not (~record.is_crowd).any():
+            counts["images without a non-crowd object"] += 1
+        elif keypoints_required and not (record.keypoints[..., 2] > 0).any():
+            counts["images without a visible keypoint"] += 1
+        else:
             records.append(record)
-    if missing:
-        raise FileNotFoundError(f"{len(missing)} training images not found, the first: {missing[0]}")
-    num_skipped = len(coco.imgs) - len(records)
+    _log_filtering(annotation_file, coco, records, counts)
+    if not records:
+        raise DatasetError(
+            f"{annotation_file}: none of its {len(coco.imgs)} images has an object training can use "
+            f"({_describe(counts)})"
+        )
+    return Roidb(records, json_ids, class_names, keypoint_names, flip_pairs, len(coco.imgs) - len(records))
+
+
+def _warn_degenerate_polygons(annotation_file, dataset):
+    """One warning for the polygons Detectron drops silently (fewer than 3 points or an odd coordinate count)."""
+    count, first_id = degenerate_polygons(dataset)
+    if count:
+        logger.warning(
+            "%s: dropped %d polygon(s) with fewer than 3 points or an odd number of coordinates, as Detectron "
+            "does (the first in annotation id %s)",
+            annotation_file,
+            count,
+            first_id,
+        )
+
+
+# Why objects and images are dropped, in the order of the log line.
+_OBJECT_REASONS = ("below TRAIN.GT_MIN_AREA", "ignore 1", "zero area or under 2 px after clipping")
+_IMAGE_REASONS = ("images without a non-crowd object", "images without a visible keypoint")
+
+
+def _describe(counts):
+    """'2 below TRAIN.GT_MIN_AREA, 1 ignore 1' for the non-zero counts of `counts`, else 'nothing dropped'."""
+    parts = [f"{counts[reason]} {reason}" for reason in (*_OBJECT_REASONS, *_IMAGE_REASONS) if counts[reason]]
+    return ", ".join(parts) or "nothing dropped"
+
+
+def _log_filtering(annotation_file, coco, records, counts):
+    """One line: objects kept and dropped per reason, images filtered (Detectron's filter_for_training count)."""
+    objects = [f"{counts[reason]} {reason}" for reason in _OBJECT_REASONS]
+    images = [f"{counts[reason]} {reason}" for reason in _IMAGE_REASONS]
     logger.info(
-        "%s: filtered %d images without usable annotations: %d -> %d",
+        "%s: %d objects kept (%d crowd), dropped %s; filtered %d images without usable annotations (%s): "
+        "%d -> %d",
         annotation_file.name,
-        num_skipped,
+        counts["kept"],
+        counts["crowd"],
+        ", ".join(objects),
+        len(coco.imgs) - len(records),
+        ", ".join(images),
         len(coco.imgs),
         len(records),
     )
-    return Roidb(records, json_ids, class_names, keypoint_names, flip_pairs, num_skipped)
 
 
 def concatenate_roidbs(roidbs):
@@ -188,13 +224,19 @@ def training_roidb(cfg, dataset_names=None, keypoint_flip_map=None):
         )
         for spec in configured_datasets(names, "TRAIN.DATASETS", "no training dataset")
     ]
-    return concatenate_roidbs(roidbs)
+    roidb = concatenate_roidbs(roidbs)
+    check_num_classes(cfg, roidb, names)
+    return roidb
 
 
-def _quiet_coco(annotation_file):
-    """pycocotools' COCO without its progress prints."""
-    with contextlib.redirect_stdout(io.StringIO()):
-        return COCO(str(annotation_file))
+def check_num_classes(cfg, roidb, names):
+    """ValueError in one line unless cfg.MODEL.NUM_CLASSES is 1 (the background) + the training set's categories."""
+    if cfg.MODEL.NUM_CLASSES != roidb.num_classes:
+        raise ValueError(
+            f"MODEL.NUM_CLASSES is {cfg.MODEL.NUM_CLASSES} but the training set ({', '.join(names)}) has "
+            f"{roidb.num_classes - 1} categories: set MODEL.NUM_CLASSES {roidb.num_classes} (1 background + "
+            f"{roidb.num_classes - 1})"
+        )
 
 
 def _keypoint_schema(coco, annotation_file):
@@ -205,25 +247,38 @@ def _keypoint_schema(coco, annotation_file):
     return schemas.pop() if schemas else None
 
 
-def _image_record(coco, image, image_dir, contiguous, keypoint_names, with_masks, gt_min_area):
+def _image_record(coco, image, image_dir, contiguous, keypoint_names, with_masks, gt_min_area, counts, path):
+    """The ImageRecord of one image: the objects Detectron keeps (`counts` adds up why others are dropped)."""
     height, width = int(image["height"]), int(image["width"])
     boxes, classes, crowd, keypoints, rles = [], [], [], [], []
     for obj in coco.loadAnns(coco.getAnnIds(imgIds=image["id"], iscrowd=None)):
-        segmentation = obj.get("segmentation", [])
+        segmentation = obj.get("segmentation")
         if isinstance(segmentation, list):
-            segmentation = [p for p in segmentation if len(p) >= MIN_POLYGON_COORDS]
-        if obj["area"] < gt_min_area or obj.get("ignore", 0) == 1:
+            segmentation = [p for p in segmentation if is_valid_polygon(p)]
+        if obj["area"] < gt_min_area:
+            counts["below TRAIN.GT_MIN_AREA"] += 1
+            continue
+        if obj.get("ignore", 0) == 1:
+            counts["ignore 1"] += 1
             continue
         x1, y1, x2, y2 = xywh_to_xyxy_clipped(obj["bbox"], height, width)
         if not (obj["area"] > 0 and x2 > x1 and y2 > y1):
+            counts["zero area or under 2 px after clipping"] += 1
             continue
+        counts["kept"] += 1
+        counts["crowd"] += bool(obj["iscrowd"])
         boxes.append((x1, y1, x2, y2))
         classes.append(contiguous[obj["category_id"]])
-        crowd.append(bool(obj.get("iscrowd", 0)))
-        if keypoint_names is not None:
-            keypoints.append(_object_keypoints(obj, len(keypoint_names)))
-        if with_masks:
-            rles.append(segmentation_rle(segmentation, height, width))
+        crowd.append(bool(obj["iscrowd"]))
+        try:
+            if keypoint_names is not None:
+                keypoints.append(_object_keypoints(obj, len(keypoint_names)))
+            if with_masks:
+                if segmentation is None:
+                    raise ValueError("no 'segmentation' (masks are trained: MODEL.MASK_ON)")
+                rles.append(segmentation_rle(segmentation, height, width))
+        except ValueError as error:
+            raise DatasetError(f"{path}: {annotation_entry(obj, coco.imgs)}: {error}") from None
     num_keypoints = len(keypoint_names) if keypoint_names is not None else 0
     return ImageRecord(
         image_id=int(image["id"]),
@@ -244,7 +299,5 @@ def _object_keypoints(obj, num_keypoints):
     if not values:
         return np.zeros((num_keypoints, 3), np.float32)
     if len(values) != 3 * num_keypoints:
-        raise ValueError(
-            f"annotation {obj.get('id')} has {len(values) // 3} keypoints, its category names {num_keypoints}"
-        )
+        raise ValueError(f"{len(values) // 3} keypoints, its category names {num_keypoints}")
     return np.asarray(values, np.float32).reshape(num_keypoints, 3)

@@ -6,7 +6,8 @@ Facts from Detectron's `datasets/json_dataset_evaluator.py` and `utils/boxes.py`
 - keypoints are flat [x, y, 1] * K (Detectron writes visibility 1 for every predicted keypoint);
   their score follows `KRCNN.KEYPOINT_CONFIDENCE`: 'bbox' (Detectron's default) is the box score,
   'logit' the mean of the K heatmap logits, 'prob' the mean of their probabilities;
-- category ids: contiguous id c in 1..C-1 is the json id `sorted(coco.getCatIds())[c - 1]`.
+- category ids: contiguous id c in 1..C-1 is the json id `coco.getCatIds()[c - 1]`, the categories in the
+  order the json lists them (json_dataset's `json_category_id_to_contiguous_id`; not sorted).
 
 One entry per detection carries everything known about it (`bbox`, `score`, and `segmentation`,
 `keypoints` when predicted). A keypoint score that differs from the box score is kept as
@@ -28,7 +29,7 @@ _IOU_TYPE_FIELD = {"bbox": "bbox", "segm": "segmentation", "keypoints": "keypoin
 
 def contiguous_to_json_ids(coco):
     """[0 (background), json id of contiguous class 1, ...]: Detectron's category mapping."""
-    return [0] + sorted(coco.getCatIds())
+    return [0] + list(coco.getCatIds())
 
 
 def xyxy_to_xywh(boxes):
