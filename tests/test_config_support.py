@@ -32,8 +32,6 @@ REFUSED_SAMPLES = {
 
 # A refused value of every key with limits, and the datasets evaluated (TEST.FORCE_JSON_DATASET_EVAL).
 LIMIT_SAMPLES = {
-    "TRAIN.WEIGHTS": ("https://dl.fbaipublicfiles.com/detectron/ImageNetPretrained/MSRA/R-50.pkl", ()),
-    "TEST.WEIGHTS": ("https://example.com/model_final.pkl", ()),
     "TEST.FORCE_JSON_DATASET_EVAL": (False, ("voc_2007_test",)),
     "TEST.BBOX_AUG.ENABLED": (True, ()),
     "TEST.BBOX_AUG.SCORE_HEUR": ("AVG", ()),
@@ -242,10 +240,11 @@ def test_x152_with_test_time_augmentation_infers_but_does_not_export():
     assert "the SavedModel does not carry test-time augmentation" in message
 
 
-def test_zoo_training_refuses_weight_urls():
+def test_zoo_training_accepts_weight_urls():
+    """Detectron's URLs are downloaded when training starts (tfdet.download, tests/test_download.py)."""
     cfg = zoo_configs()["e2e_mask_rcnn_R-50-FPN_1x.yaml"]
-    assert refusal(cfg, "training").startswith("TRAIN.WEIGHTS = https://dl.fbaipublicfiles.com/")
-    assert refusal(load_config(cfg.to_dict(), ["TRAIN.WEIGHTS", "R-50.pkl"]), "training") is None
+    assert cfg.TRAIN.WEIGHTS.startswith("https://dl.fbaipublicfiles.com/detectron/")
+    assert refusal(cfg, "training") is None
 
 
 # ---- the command lines --------------------------------------------------------------------------------------
@@ -328,11 +327,14 @@ def evaluate(split, output, *overrides, weights=True):
     return main(args + ["--weights", str(TINY)] * weights + list(overrides))
 
 
-def test_evaluate_reads_test_weights(split, tmp_path, fake_predictor):
+def test_evaluate_reads_test_weights(split, tmp_path, fake_predictor, capsys):
     assert evaluate(split, tmp_path, "TEST.WEIGHTS", str(TINY_DA), weights=False) == 0
     assert evaluate(split, tmp_path, "TEST.WEIGHTS", str(TINY_DA)) == 0  # --weights wins, as train_net's final test
     assert fake_predictor.weights == [str(TINY_DA), str(TINY)]
-    assert evaluate(split, tmp_path, "TEST.WEIGHTS", "https://example.com/model.pkl", weights=False) == 1
+    capsys.readouterr()
+    # Detectron's URLs are downloaded (tests/test_download.py); others, as in Detectron, are refused in one line
+    assert evaluate(split, tmp_path, "TEST.WEIGHTS", "https://example.com/model.pkl", weights=False) == 2
+    assert capsys.readouterr().err.startswith("error: https://example.com/model.pkl: only Detectron's files")
 
 
 def test_evaluate_runs_every_test_dataset(split, tmp_path, fake_predictor, monkeypatch):

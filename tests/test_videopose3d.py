@@ -10,6 +10,7 @@ import io
 import os
 import pickle
 import pickletools
+import shutil
 import subprocess
 import sys
 import warnings
@@ -19,7 +20,8 @@ import cv2
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, shared_path
+from http_mirror import unused_loopback_url
 from test_infer import decode_like_prepare_data_2d_custom, write_video
 from tfdet import infer, infer_video
 from tfdet.image_io import list_inputs
@@ -288,20 +290,28 @@ def test_inputs_that_give_no_archive_are_refused_in_one_line(tmp_path, capsys, a
     assert len(lines) == 1 and lines[0].startswith("error: " + error.format(folder=tmp_path))
 
 
-def test_the_documented_command_line_refuses_a_weights_url(tmp_path):
-    """VideoPose3D's INFERENCE.md command, program name changed: one line saying what to do, exit status 2."""
+def test_the_documented_command_line_downloads_its_weights_url(tmp_path):
+    """VideoPose3D's INFERENCE.md command, program name changed, its --wts a Detectron URL: downloaded (here from
+    a loopback mirror where nothing answers: one line naming the URL and where to put the file, exit status 2)."""
+    config = tmp_path / "configs" / "12_2017_baselines" / "e2e_keypoint_rcnn_R-101-FPN_s1x.yaml"
+    config.parent.mkdir(parents=True)
+    shutil.copyfile(shared_path("detectron", "configs", "12_2017_baselines", config.name), config)
     (tmp_path / "input_directory").mkdir()
+    (tmp_path / "input_directory" / "walk.mp4").write_bytes(b"")
     command = [sys.executable, "-m", "tfdet.infer_video",
                "--cfg", "configs/12_2017_baselines/e2e_keypoint_rcnn_R-101-FPN_s1x.yaml",
                "--output-dir", "output_directory", "--image-ext", "mp4",
                "--wts", DOCUMENTED_WEIGHTS, "input_directory"]  # fmt: skip
     path = os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
-    done = subprocess.run(
-        command, cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": path}
-    )
+    mirror, cache = unused_loopback_url(), tmp_path / "cache"
+    env = {**os.environ, "PYTHONPATH": path, "TFDET_DETECTRON_URL": mirror, "TFDET_CACHE": str(cache)}
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 2
+    below_base = DOCUMENTED_WEIGHTS.removeprefix("https://dl.fbaipublicfiles.com/detectron/")
+    local = cache / "detectron" / below_base
     assert done.stderr.strip().splitlines()[-1] == (
-        f"error: --wts {DOCUMENTED_WEIGHTS}: tfdet downloads no weights; download the file, give its path"
+        f"error: cannot download {mirror}/{below_base} (Connection refused); without network, put the file at "
+        f"{local} and the text of {mirror}/{below_base}.md5sum at {local}.md5sum"
     )
     assert not (tmp_path / "output_directory").exists()
 

@@ -11,10 +11,12 @@ It runs `python -m tfdet.infer --videopose3d --no-vis` (which also writes `detec
 `images.json` beside the archives; prepare_data_2d_custom.py reads only `*.npz`). Differences:
 - `--image-ext` defaults to mp4 (as in VideoPose3D's Detectron2 script, infer_video_d2.py): the
   Detectron script inherits infer_simple.py's jpg, which selects pictures, not videos;
-- every input must have a video extension tfdet reads (`tfdet.image_io.VIDEO_EXTENSIONS`), and
-  `--wts` must be a file (Detectron downloads URLs; tfdet does not): otherwise a one-line error;
+- every input must have a video extension tfdet reads (`tfdet.image_io.VIDEO_EXTENSIONS`): otherwise a
+  one-line error;
 - a folder without such videos is an error, where the script silently writes nothing;
 - trailing KEY VALUE pairs override config keys, as for `tfdet.infer`.
+`--wts` may be a Detectron URL, as in VideoPose3D's instructions: downloaded once and md5-checked, as Detectron
+does (`tfdet.download`; $TFDET_CACHE, $TFDET_DETECTRON_URL).
 `--always-out`, `--output-ext`, `--thresh` and `--kp-thresh` (infer_simple.py's picture options)
 are accepted and, as in VideoPose3D's script, change nothing: no pictures are written.
 """
@@ -44,7 +46,9 @@ def build_parser():
     )
     add_verbose_flag(parser)
     parser.add_argument("--cfg", required=True, help="cfg model file (/path/to/model_config.yaml)")
-    parser.add_argument("--wts", dest="weights", required=True, help="our .weights.h5 or a Detectron .pkl")
+    parser.add_argument(
+        "--wts", dest="weights", required=True, help="our .weights.h5, a Detectron .pkl or a Detectron URL"
+    )
     parser.add_argument(
         "--output-dir", default="/tmp/infer_simple", help="folder for the .npz archives (default: /tmp/infer_simple)"
     )
@@ -70,8 +74,6 @@ def infer_argv(argv):
     source, opts = args.rest[0], args.rest[1:]
     if len(opts) % 2:
         parser.error(f"config overrides come in KEY VALUE pairs, got {opts}")
-    if "://" in args.weights:
-        raise UsageError(f"--wts {args.weights}: tfdet downloads no weights; download the file, give its path")
     if os.path.isdir(source):
         spec = os.path.join(glob.escape(source), "*." + args.image_ext)  # the script's glob, the folder taken as is
     elif os.path.isfile(source):

@@ -16,18 +16,10 @@ box head or R-{50,101,152}-FPN with the 2-MLP head. Outcomes:
 import dataclasses
 
 from tfdet.config.maskrcnn_benchmark_defaults import FORK_DEFAULTS
+from tfdet.download import CATALOG_PREFIX, DownloadError, catalog_url
 
 MAPPED, IGNORED, REFUSED = "mapped", "ignored", "refused"
 
-# The fork's ModelCatalog: `catalog://ImageNetPretrained/<name>` -> Detectron's ImageNet .pkl.
-_DETECTRON_DOWNLOADS = "https://dl.fbaipublicfiles.com/detectron"
-_IMAGENET_MODELS = {
-    "MSRA/R-50": "ImageNetPretrained/MSRA/R-50.pkl",
-    "MSRA/R-50-GN": "ImageNetPretrained/47261647/R-50-GN.pkl",
-    "MSRA/R-101": "ImageNetPretrained/MSRA/R-101.pkl",
-    "MSRA/R-101-GN": "ImageNetPretrained/47592356/R-101-GN.pkl",
-    "FAIR/20171220/X-101-32x8d": "ImageNetPretrained/20171220/X-101-32x8d.pkl",
-}
 # Fork body -> (Detectron body, box head feature extractor, its Detectron box head, predictor).
 _C4_HEAD = ("ResNet50Conv5ROIFeatureExtractor", "ResNet.add_ResNet_roi_conv5_head", "FastRCNNPredictor")
 _MLP_HEAD = ("FPN2MLPFeatureExtractor", "fast_rcnn_heads.add_roi_2mlp_head", "FPNPredictor")
@@ -123,19 +115,20 @@ def _flag(target, refuse_true):
 
 
 def _weight(value, fork):
-    """MODEL.WEIGHT: the training start (the fork's ImageNet catalog entries as Detectron's URLs)."""
-    if value.startswith("catalog://"):
-        name = value.removeprefix("catalog://ImageNetPretrained/")
-        if name not in _IMAGENET_MODELS:
-            return refused("not one of the fork's ImageNet catalog entries: give the local path of the Detectron .pkl")
-        url = f"{_DETECTRON_DOWNLOADS}/{_IMAGENET_MODELS[name]}"
-        return mapped({"TRAIN.WEIGHTS": url}, "the fork's ModelCatalog URL; tfdet downloads nothing: download the "
-                      "Detectron .pkl and set MODEL.WEIGHT (or TRAIN.WEIGHTS) to its local path")  # fmt: skip
+    """MODEL.WEIGHT: the training start (the fork's catalog names as the Detectron URLs its ModelCatalog gives)."""
+    if value.startswith(CATALOG_PREFIX):
+        try:
+            url = catalog_url(value)
+        except DownloadError as error:
+            return refused(f"{error}: give a catalog name or the local path of the Detectron .pkl")
+        return mapped({"TRAIN.WEIGHTS": url}, "the fork's ModelCatalog URL, downloaded and md5-checked when training "
+                      "starts (tfdet.download, $TFDET_CACHE)")  # fmt: skip
     if value.endswith(".pth"):
         return refused("a maskrcnn-benchmark checkpoint: port it first (python -m porting maskrcnn-benchmark --cfg "
                        "<this yaml> --weights X.pth --out DIR) and set MODEL.WEIGHT DIR/model.weights.h5")  # fmt: skip
     if "://" in value:
-        return mapped({"TRAIN.WEIGHTS": value}, "tfdet downloads nothing: download it and give the local path")
+        return mapped({"TRAIN.WEIGHTS": value}, "a URL: downloaded and md5-checked when training starts if it is "
+                      "Detectron's (tfdet.download), refused then otherwise")  # fmt: skip
     return mapped({"TRAIN.WEIGHTS": value}, "the training start; evaluation and inference take --weights")
 
 

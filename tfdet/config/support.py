@@ -3,7 +3,7 @@
 Each key of tfdet.config.defaults has one status in SUPPORT:
 
 * Implemented(test): the key acts as in Detectron; `test` ("tests/<file>.py::<function>") exercises it.
-  Its `limits` refuse the values tfdet does not implement (RoIPoolF, URLs, values outside Detectron's).
+  Its `limits` refuse the values tfdet does not implement (RoIPoolF, values outside Detectron's).
 * NoEffect(reason): a Detectron execution detail that cannot change a result in Detectron either.
 * OnlyWith(condition, reason): Detectron reads the key only in a mode tfdet refuses (Fast R-CNN on
   precomputed proposals, ...), so that mode's refusal covers it.
@@ -98,21 +98,6 @@ def _not_in(names, fix, uses):
     return Limit(lambda value, _: value not in names, "Detectron defines it, tfdet does not build it", fix, uses)
 
 
-def _is_url(value) -> bool:
-    """Whether a path-valued key holds a URL (Detectron's cache_url downloads those)."""
-    return isinstance(value, str) and "://" in value
-
-
-def _no_url(uses):
-    """Refuse URLs: Detectron downloads them into DOWNLOAD_CACHE, tfdet reads local files only."""
-    return Limit(
-        lambda value, _: not _is_url(value),
-        "tfdet does not download files (Detectron caches URLs in DOWNLOAD_CACHE)",
-        "download the file and give its local path",
-        uses,
-    )
-
-
 def _roi_align_only(section, when):
     """Refuse RoIPoolF, Detectron's default RoI transform, which tfdet does not have."""
     return _one_of(
@@ -123,7 +108,10 @@ def _roi_align_only(section, when):
 
 
 def _looks_like_other_evaluator(name: str) -> bool:
-    """Dataset names that Detectron evaluates with its PASCAL VOC or Cityscapes evaluator, not the COCO API."""
+    """Dataset names that Detectron evaluates with its PASCAL VOC or Cityscapes evaluator, not the COCO API
+    (a `coco:ANNOTATIONS:IMAGES` name is a COCO json by definition, whatever its paths say)."""
+    if name.startswith("coco:"):
+        return False
     return "coco_" not in name and (name.startswith("voc_") or "cityscapes_" in name)
 
 
@@ -201,9 +189,7 @@ def _tta_refused(section, key, reason):
 
 SUPPORT = {
     # ---- TRAIN ----
-    "TRAIN.WEIGHTS": Implemented(
-        "tests/test_trainer.py::test_train_weights_from_our_final_weights_file", (_no_url(("training",)),)
-    ),
+    "TRAIN.WEIGHTS": Implemented("tests/test_trainer.py::test_train_weights_from_our_final_weights_file"),
     "TRAIN.DATASETS": Implemented("tests/test_roidb.py::test_training_roidb_reads_the_catalog"),
     "TRAIN.TARGET_DATASETS": Implemented("tests/test_domain_adaptation.py::test_target_images_need_no_annotations"),
     "TRAIN.SCALES": Implemented("tests/test_data_pipeline.py::test_images_are_prepared_as_at_test_time"),
@@ -254,7 +240,7 @@ SUPPORT = {
     "DATA_LOADER.MINIBATCH_QUEUE_SIZE": NoEffect("capacity of RoIDataLoader's Python minibatch queue"),
     "DATA_LOADER.BLOBS_QUEUE_CAPACITY": NoEffect("capacity of RoIDataLoader's per-GPU Caffe2 blobs queues"),
     # ---- TEST ----
-    "TEST.WEIGHTS": Implemented(_OURS + "test_evaluate_reads_test_weights", (_no_url(("evaluation",)),)),
+    "TEST.WEIGHTS": Implemented(_OURS + "test_evaluate_reads_test_weights"),
     "TEST.DATASETS": Implemented(_OURS + "test_evaluate_runs_every_test_dataset"),
     "TEST.SCALE": Implemented(_INFERENCE_WIRING),
     "TEST.MAX_SIZE": Implemented(_INFERENCE_WIRING),
@@ -594,10 +580,9 @@ SUPPORT = {
     "EXPECTED_RESULTS_ATOL": _EXPECTED_ONLY,
     "EXPECTED_RESULTS_SIGMA_TOL": _EXPECTED_ONLY,
     "EXPECTED_RESULTS_EMAIL": _EXPECTED_ONLY,
-    "DOWNLOAD_CACHE": OnlyWith(
-        "a URL in TRAIN.WEIGHTS, TEST.WEIGHTS or a PROPOSAL_FILES entry",
-        "core/config.py caches URLs there; tfdet refuses URLs in those keys",
-    ),
+    # Weight URLs are cached there (tfdet.download); its default, Detectron's /tmp/detectron-download-cache,
+    # means tfdet's cache ($TFDET_CACHE/detectron). PROPOSAL_FILES, Detectron's other URL keys, are refused.
+    "DOWNLOAD_CACHE": Implemented("tests/test_download.py::test_download_cache_key_moves_the_cache"),
     "CLUSTER.ON_CLUSTER": NoEffect(
         "only moves the Cityscapes evaluator's temporary results file to /tmp (cityscapes_json_dataset_evaluator.py)"
     ),
