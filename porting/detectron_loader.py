@@ -6,7 +6,9 @@ prefix, it takes the un-prefixed blob (Detectron's `]_` rule). Blobs that are in
 for other reasons are ignored on purpose and listed; missing blobs and shape mismatches make the
 report fail (`allow_missing` accepts missing ones, for ImageNet backbone files). A trained file's saved
 config is checked against the model's (`porting.config_checks`): a contradiction refuses the port, or,
-with `allow_missing` (the file only initialises a model that will be trained), is warned about.
+with `allow_missing` (the file only initialises a model that will be trained), is warned about. Fine-tuning to
+other classes (`class_transfer`, a `tfdet.modeling.class_transfer.ClassTransfer`) re-initialises the blobs whose
+shape follows the class or keypoint count, copying the rows of same-name classes (an 81-class file has COCO's).
 """
 
 import dataclasses
@@ -19,6 +21,7 @@ from tqdm import tqdm
 from porting.config_checks import check_saved_cfg, conflict_error, is_retinanet, unused_head_conflicts
 from porting.embedded_cfg import bbox_reg_weights_from_cfg
 from porting.pickle_reader import read_weight_file
+from tfdet.data.coco_classes import model_categories
 from tfdet.modeling.detectron_names import model_blobs
 from tfdet.modeling.domain_adaptation import is_domain_classifier_blob
 
@@ -58,6 +61,7 @@ class PortReport:
     mismatched: list = dataclasses.field(default_factory=list)  # (blob, expected, found)
     unused: list = dataclasses.field(default_factory=list)  # blobs of the file no variable took
     checked: list = dataclasses.field(default_factory=list)  # (field, how it agrees with the config)
+    reinitialised: list = dataclasses.field(default_factory=list)  # one line per blob of another class count
     conflicts: list = dataclasses.field(default_factory=list)  # (field, how it contradicts the config, remedy)
     bbox_reg_weights: tuple = (10.0, 10.0, 5.0, 5.0)
     # file arrays no variable took, momentum excepted, kept for re-saving as Detectron's
@@ -73,6 +77,7 @@ class PortReport:
         lines = [f"{self.path}: loaded {len(self.loaded)} blobs ({sum(int(np.prod(s)) for _, s, _ in self.loaded) / 1e6:.2f} M values)"]
         fallbacks = [(b, src) for b, _, src in self.loaded if src != b]
         lines += [f"  loaded {b} from {src} (Detectron's ']_' rule)" for b, src in fallbacks]
+        lines += [f"  {line}" for line in self.reinitialised]
         lines.append(f"  ignored {len(self.ignored)} blobs on purpose:")
         lines += _grouped(self.ignored)
         if self.checked:
@@ -170,7 +175,7 @@ def finish_port(report, assignments, path, allow_missing=False):
     _assign(assignments)
 
 
-def load_detectron_weights(model, cfg, path, allow_missing=False, progress=False):
+def load_detectron_weights(model, cfg, path, allow_missing=False, progress=False, class_transfer=None):
     """Load a Detectron `.pkl` into `model` (built from `cfg`); returns the PortReport.
 
     Raises ValueError with the report when blobs are missing (unless `allow_missing`) or have the
@@ -181,15 +186,18 @@ def load_detectron_weights(model, cfg, path, allow_missing=False, progress=False
     (1, 1, 1, 1)); a difference from `cfg` is warned about and the model's detection layer uses the
     file's weights. RetinaNet decodes with (1, 1, 1, 1) whatever the key says (test_retinanet): its
     report keeps the config's value. A RetinaNet config's unused tower or level blobs refuse the port too
-    (`porting.config_checks.unused_head_conflicts`).
+    (`porting.config_checks.unused_head_conflicts`). With `class_transfer` (fine-tuning), blobs that differ
+    only in their class or keypoint count are re-initialised instead of refused (`transfer_classes`).
     """
-    return port_weight_file(model, cfg, read_weight_file(path), path, allow_missing, progress)
+    return port_weight_file(model, cfg, read_weight_file(path), path, allow_missing, progress, class_transfer)
 
 
-def port_weight_file(model, cfg, weight_file, path, allow_missing=False, progress=False):
+def port_weight_file(model, cfg, weight_file, path, allow_missing=False, progress=False, class_transfer=None):
     """`load_detectron_weights` for the file at `path` already read (`porting.read_weight_file`)."""
     report = PortReport(path=str(path))
     assignments = match_blobs(model, weight_file.blobs, report, cfg.MRCNN.ROI_MASK_HEAD, progress)
+    if class_transfer is not None and report.mismatched:
+        assignments += transfer_classes(model, weight_file.blobs, report, class_transfer, cfg.MRCNN.ROI_MASK_HEAD)
     report.ignored += [(name, _extra_reason(name)) for name in sorted(weight_file.extras)]
     saved_cfg = None if weight_file.cfg_text is None else weight_file.cfg()
     if saved_cfg is not None:
@@ -204,6 +212,25 @@ def port_weight_file(model, cfg, weight_file, path, allow_missing=False, progres
         report.bbox_reg_weights = bbox_reg_weights_from_cfg(saved_cfg)
         _apply_bbox_reg_weights(model, cfg, report.bbox_reg_weights, path)
     return report
+
+
+def transfer_classes(model, blobs, report, class_transfer, mask_head=""):
+    """Resolve the report's shape mismatches that are a change of class (or keypoint) count: returns their
+    assignments, moves them from `report.mismatched` to `report.reinitialised`. The file's class names are
+    known for the class counts `tfdet.data.coco_classes.model_categories` names (81: COCO's)."""
+    variables = {name: entry for name, *entry in model_blobs(model, mask_head)}
+    mismatches = {}
+    for name, _, _ in report.mismatched:
+        variable, to_caffe2, _ = variables[name]
+        mismatches[name] = (np.asarray(blobs[_source_blob(name, blobs)]), to_caffe2(np.asarray(variable.numpy())))
+    num_classes = class_transfer.source_num_classes({name: np.shape(value) for name, value in blobs.items()})
+    keypoints_on = any(name.startswith("kps_score") for name in blobs)
+    source_names = model_categories(num_classes, keypoints_on).names if num_classes else None
+    first_line = len(class_transfer.lines)
+    values, _ = class_transfer.resolve(mismatches, source_names)
+    report.mismatched = [entry for entry in report.mismatched if entry[0] not in values]
+    report.reinitialised += class_transfer.lines[first_line:]
+    return [(variables[name][0], variables[name][2](value)) for name, value in values.items()]
 
 
 def _apply_bbox_reg_weights(model, cfg, weights, path):
