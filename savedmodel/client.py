@@ -2,7 +2,8 @@
 
 `connect(url)` gives a client whose `predict(image)` returns what
 `tfdet.inference.Predictor.predict` returns (boxes, scores, classes, masks, keypoints as numpy,
-cropped to each image's detections). REST uses only the standard library; gRPC needs the optional
+cropped to each image's detections), plus `class_names` (a str per detection) from models that serve
+`detection_class_names`. REST uses only the standard library; gRPC needs the optional
 `tensorflow-serving-api` package, imported when a gRPC client is made.
 
     python -m savedmodel.client --url http://localhost:8501/v1/models/mask_rcnn --image photo.jpg
@@ -35,6 +36,7 @@ _OUTPUT_DTYPES = {
     names.BOXES: np.float32,
     names.SCORES: np.float32,
     names.CLASSES: np.int32,
+    names.CLASS_NAMES: str,
     names.KEYPOINTS: np.float32,
     names.KEYPOINT_PROBS: np.float32,
     names.IMAGE_SIZES: np.int32,
@@ -233,8 +235,10 @@ def connect(url, model=None, version=None, **kwargs):
 
 def _summary(path, result):
     lines = [f"{path}: {len(result['scores'])} detections"]
-    for i, (box, score, cls) in enumerate(zip(result["boxes"], result["scores"], result["classes"])):
-        line = f"  class {cls} score {score:.3f} box {np.round(box, 1).tolist()}"
+    class_names = result.get("class_names", [None] * len(result["scores"]))
+    for i, (box, score, cls, name) in enumerate(zip(result["boxes"], result["scores"], result["classes"], class_names)):
+        label = f"class {cls}" if name is None else f"{name} (class {cls})"
+        line = f"  {label} score {score:.3f} box {np.round(box, 1).tolist()}"
         if "masks" in result:
             line += f" mask {int(result['masks'][i].sum())} px"
         if "keypoints" in result:

@@ -11,6 +11,7 @@ NUM_DETECTIONS = "num_detections"
 BOXES = "detection_boxes"
 SCORES = "detection_scores"
 CLASSES = "detection_classes"
+CLASS_NAMES = "detection_class_names"
 MASKS = "detection_masks"
 KEYPOINTS = "detection_keypoints"
 KEYPOINT_PROBS = "detection_keypoint_probs"
@@ -27,8 +28,9 @@ def detections_per_image(outputs, mask_format="image", mask_threshold=0.5):
     """Batched signature outputs (numpy-convertible) -> list of Predictor-style dicts, one per image.
 
     Each dict has `boxes` (N, 4) float32 x1,y1,x2,y2 in input pixels, `scores` (N,) float32,
-    `classes` (N,) int32, `masks` (N, H, W) bool when the model has masks, `keypoints` (N, K, 3)
-    and `keypoint_probs` (N, K) float32 when it has keypoints, N = num_detections of that image. `mask_format` says
+    `classes` (N,) int32, `class_names` (a list of N str) when the model serves them, `masks` (N, H, W)
+    bool when the model has masks, `keypoints` (N, K, 3) and `keypoint_probs` (N, K) float32 when it has
+    keypoints, N = num_detections of that image. `mask_format` says
     how the model was exported: "image" masks are cropped to `image_sizes`; "roi" masks (M x M
     probabilities) are pasted into the image as Detectron does, above `mask_threshold`.
     """
@@ -56,6 +58,8 @@ def _one_image(arrays, index, mask_format, mask_threshold):
         "scores": arrays[SCORES][index, :count].astype(np.float32),
         "classes": arrays[CLASSES][index, :count].astype(np.int32),
     }
+    if CLASS_NAMES in arrays:  # bytes over gRPC and in TensorFlow, str over REST
+        result["class_names"] = [_text(name) for name in arrays[CLASS_NAMES][index, :count]]
     if MASKS in arrays:
         masks = arrays[MASKS][index, :count]
         if mask_format == "image":
@@ -66,6 +70,11 @@ def _one_image(arrays, index, mask_format, mask_threshold):
         result["keypoints"] = arrays[KEYPOINTS][index, :count].astype(np.float32)
         result["keypoint_probs"] = arrays[KEYPOINT_PROBS][index, :count].astype(np.float32)
     return result
+
+
+def _text(name):
+    """A served class name as str (UTF-8 bytes from TensorFlow and gRPC, str from REST's JSON)."""
+    return name.decode("utf-8") if isinstance(name, bytes) else str(name)
 
 
 def _paste(masks, boxes, height, width, threshold):

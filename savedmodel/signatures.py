@@ -5,7 +5,9 @@ import numpy as np
 import tensorflow as tf
 
 from savedmodel import outputs as names
+from savedmodel.label_map import class_name_table
 from savedmodel.preprocessing import prepare_batch
+from tfdet.data.coco_classes import model_categories
 from tfdet.data.transforms import decode_bgr
 from tfdet.ops.map_fn import map_fn
 from tfdet.ops.masks import paste_masks
@@ -17,6 +19,8 @@ class DetectionServingModule(tf.Module):
 
     Both return `num_detections` (B,) int32, `detection_boxes` (B, D, 4) float32 x1,y1,x2,y2 in
     input pixels, `detection_scores` (B, D) float32, `detection_classes` (B, D) int32,
+    `detection_class_names` (B, D) string (each detection's class name from a constant table of
+    `categories`, a ModelCategories, by default `model_categories` of the config; "" in padding rows),
     `image_sizes` (B, 2) int32 (height, width), plus `detection_masks` when MASK_ON — (B, D, H, W)
     uint8 0/1 pasted into images padded to the batch's largest height and width ("image"), or
     (B, D, M, M) float32 probabilities of each detection's class ("roi") — and
@@ -25,7 +29,7 @@ class DetectionServingModule(tf.Module):
     rows past num_detections are zeros.
     """
 
-    def __init__(self, model, cfg, mask_format="image"):
+    def __init__(self, model, cfg, mask_format="image", categories=None):
         super().__init__(name="tfdet_serving")
         if mask_format not in names.MASK_FORMATS:
             raise ValueError(f"mask_format must be one of {names.MASK_FORMATS}, got {mask_format!r}")
@@ -46,6 +50,11 @@ class DetectionServingModule(tf.Module):
         self._stride = padding_stride(cfg)
         self._mask_threshold = float(cfg.MRCNN.THRESH_BINARIZE)
         self._detections_per_image = int(cfg.TEST.DETECTIONS_PER_IM)
+        if categories is None:
+            categories = model_categories(cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON)
+        if len(categories.json_ids) != cfg.MODEL.NUM_CLASSES:
+            raise ValueError(f"{len(categories.json_ids)} classes named for a model of {cfg.MODEL.NUM_CLASSES}")
+        self._class_names = list(class_name_table(categories))
         # One traced model call shared by both signatures (traced once, stored once). Nothing here is traced
         # with AutoGraph: the model, the preparation's loops over the request's images and the mask paste use
         # TF control flow explicitly, and converting their code cost seconds of every export.
@@ -87,6 +96,8 @@ class DetectionServingModule(tf.Module):
             names.CLASSES: tf.cast(raw["classes"], tf.int32),
             names.IMAGE_SIZES: image_sizes,
         }
+        # a constant of the graph (stock Const and GatherV2): any server or process names classes without tfdet
+        result[names.CLASS_NAMES] = tf.gather(tf.constant(self._class_names, tf.string), result[names.CLASSES])
         if "mask_probs" in raw:
             masks = tf.cast(raw["mask_probs"], tf.float32)
             if self._mask_format == "image":

@@ -9,11 +9,15 @@ import numpy as np
 
 from tfdet.config import load_config
 from tfdet.data import shapes
+from tfdet.data.coco_classes import ModelCategories
+from tfdet.data.model_labels import write_model_categories
 from tfdet.inference import Predictor
 from training_fixtures import TINY_CONFIG
 
 # The tiny model's test settings: Detectron's default score threshold.
 TINY_TEST = ("TEST.SCORE_THRESH", "0.05")
+# The shapes dataset's classes (json ids 1..3), as training on it stores them in the weights.
+SHAPES_CATEGORIES = ModelCategories(("__background__", *shapes.CATEGORY_NAMES), (0, 1, 2, 3))
 # Detectron's initialisation (cls_score std 0.01) scores every class ~1/4 on any input, so the order of
 # detections would rest on differences of 1e-5; a 30x classifier kernel spreads the scores over 0.05-0.8
 # (65-116 detections above 0.05 on shapes val images and a blank one, from 50 proposals; measured).
@@ -22,8 +26,9 @@ CLASSIFIER_SCALE = 30.0
 
 class TinyModel:
     """configs/shapes_tiny_mask_keypoint.yaml's model with seeded Detectron-initialised weights and a spread
-    classifier (CLASSIFIER_SCALE), as a training run leaves it: `config` (config.yaml) and `weights`
-    (model_final.weights.h5), written under pytest's base temporary folder of this test process."""
+    classifier (CLASSIFIER_SCALE), as a training run on shapes leaves it: `config` (config.yaml) and `weights`
+    (model_final.weights.h5, storing the shapes classes), written under pytest's base temporary folder of
+    this test process."""
 
     def __init__(self, tmp_path_factory):
         self.directory = tmp_path_factory.getbasetemp() / "savedmodel_tiny_model"
@@ -39,6 +44,7 @@ class TinyModel:
         classifier.kernel.assign(classifier.kernel.numpy() * CLASSIFIER_SCALE)
         self.config.write_text(cfg.dump())
         model.save_weights(str(self.weights))
+        write_model_categories(self.weights, SHAPES_CATEGORIES)
 
     def test_config(self, *overrides):
         """The model's config with the tests' TEST settings and KEY VALUE `overrides`."""
@@ -53,12 +59,15 @@ def shapes_val_images(directory, count):
     return {f"shapes{i}": str(path) for i, path in enumerate(sorted(pathlib.Path(image_dir).glob("*.jpg")))}
 
 
-def assert_same_detections(served, expected):
+def assert_same_detections(served, expected, class_names=None):
     """Same detections as matched sets: class, boxes within 0.5 px, scores within 1e-4, masks
-    IoU >= 0.99, keypoints within 0.5 px (order may differ only between near-equal scores)."""
+    IoU >= 0.99, keypoints within 0.5 px (order may differ only between near-equal scores). With
+    `class_names` (the name of each class id), the served `class_names` name each served class."""
     n = len(expected["scores"])
     assert len(served["scores"]) == n, f"{len(served['scores'])} served detections, {n} from the Predictor"
-    assert sorted(served) == sorted(expected)
+    assert sorted(set(served) - {"class_names"}) == sorted(expected)
+    if class_names is not None:
+        assert served["class_names"] == [class_names[c] for c in served["classes"]]
     unmatched = list(range(n))
     for i in range(n):
         match = [

@@ -305,7 +305,8 @@ def test_model_categories(tmp_path):
     dataset = tmp_path / "shapes.json"
     dataset.write_text(json.dumps({"categories": [{"id": 7, "name": "square"}, {"id": 3, "name": "circle"}]}))
     named = model_categories(3, dataset_json=dataset)
-    assert named.names == ("__background__", "circle", "square") and named.json_ids == (0, 3, 7)
+    # the json's order, not sorted by id (Detectron's getCatIds order, as the roidb maps them)
+    assert named.names == ("__background__", "square", "circle") and named.json_ids == (0, 7, 3)
     assert named.skeleton is None
     with pytest.raises(ValueError, match="2 categories; the model has 80"):
         model_categories(81, dataset_json=dataset)

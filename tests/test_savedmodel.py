@@ -41,6 +41,7 @@ from savedmodel.outputs import detections_per_image
 from savedmodel_fixtures import TINY_TEST, TinyModel, assert_same_detections, shapes_val_images
 from training_fixtures import TINY_CONFIG
 from tfdet.config import load_config
+from tfdet.data import shapes
 from tfdet.inference import Predictor
 
 FAST = ["TEST.SCALE", "224", "TEST.MAX_SIZE", "384", "TEST.SCORE_THRESH", "0.15", "TEST.RPN_PRE_NMS_TOP_N", "300",
@@ -92,7 +93,10 @@ cli_runs = json.loads(sys.argv[4]) if len(sys.argv) > 4 else []
 encoded = {key: open(path, "rb").read() for key, path in images.items()}
 report = {}
 for name, (model_dir, requests) in plan.items():
-    serve = tf.saved_model.load(model_dir).signatures["serving_default"]
+    loaded = tf.saved_model.load(model_dir)
+    serve = loaded.signatures["serving_default"]
+    with open(loaded.labels_file.asset_path.numpy(), encoding="utf-8") as labels:  # the tracked asset
+        report[f"{name}/labels"] = json.load(labels)
     for request, keys in requests.items():
         try:
             result = serve(image_bytes=tf.constant([encoded[key] for key in keys]))
@@ -228,10 +232,13 @@ def tiny_model(tiny, tmp_path_factory):
     predictor = Predictor(tiny.test_config(*TINY_SERVING), weights)
     pkl = tmp_path_factory.mktemp("weights") / "model_final.pkl"
     write_pkl(predictor, pkl)
+    dataset_json = pkl.parent / "shapes_categories.json"  # a .pkl stores no classes: the json names them
+    dataset_json.write_text(json.dumps({"categories": shapes.categories()}))
     out = tmp_path_factory.mktemp("serving") / TINY / "1"
     out.mkdir(parents=True)
     (out / "stale.txt").write_text("an older export")
-    args = ["--cfg", str(config), "--weights", str(pkl), "--out", str(out), *TINY_TEST, *TINY_SERVING]
+    args = ["--cfg", str(config), "--weights", str(pkl), "--out", str(out), "--dataset-json", str(dataset_json),
+            *TINY_TEST, *TINY_SERVING]  # fmt: skip
     assert export_main(args) == 1  # refused: the version exists
     assert export_main([*args, "--overwrite"]) == 0
     assert not (out / "stale.txt").exists()
@@ -277,7 +284,11 @@ def child_results(work, returncode, stdout, stderr):
     """The child's report and the outputs it received, per request."""
     assert returncode == 0, stderr[-3000:]
     report = json.loads(stdout.strip().splitlines()[-1])
-    outputs = {key: dict(np.load(work / f"{key.replace('/', '_')}.npz")) for key, v in report.items() if v == "ok"}
+    outputs = {  # detection_class_names is an object array of bytes: pickled by np.savez
+        key: dict(np.load(work / f"{key.replace('/', '_')}.npz", allow_pickle=True))
+        for key, v in report.items()
+        if v == "ok"
+    }
     return report, outputs
 
 
@@ -376,6 +387,28 @@ def check_padded_outputs(raw, cfg, sizes):
         assert not raw["detection_keypoints"][padding].any() and not raw["detection_keypoint_probs"][padding].any()
 
 
+def test_class_names_are_served_and_carried_as_assets(tiny_model, retinanet_model, served):
+    """`detection_class_names` names each detection's class from a table in the graph, in a process that never
+    imports tfdet: the shapes names given by --dataset-json for the tiny model, `id<c>` for the RetinaNet,
+    whose .pkl names none; "" in padding rows. The assets labels.json (read there through the loaded
+    object) and label_map.pbtxt list the same classes."""
+    report, outputs = served
+    models = ((TINY, list(shapes.CATEGORY_NAMES), tiny_model[1]),
+              (RETINANET, ["id1", "id2", "id3"], retinanet_model[1]))  # fmt: skip
+    for name, names, out in models:
+        table = np.array([b""] + [n.encode() for n in names], object)
+        for request in ("batch", "after_bad"):
+            raw = outputs[f"{name}/{request}"]
+            assert raw["detection_class_names"].shape == raw["detection_classes"].shape
+            assert raw["detection_class_names"].tolist() == table[raw["detection_classes"]].tolist()
+            assert (raw["detection_classes"] == 0).any() and (raw["detection_classes"] > 0).any()
+        classes = [{"id": c, "name": n, "dataset_id": c} for c, n in enumerate(names, start=1)]
+        assert report[f"{name}/labels"] == {"names_known": name == TINY, "classes": classes}
+        pbtxt = (out / "assets" / "label_map.pbtxt").read_text()
+        items = re.findall(r'item \{\n  id: (\d+)\n  name: "([^"]*)"\n  display_name: "([^"]*)"\n\}', pbtxt)
+        assert items == [(str(c), n, n) for c, n in enumerate(names, start=1)]
+
+
 def test_undecodable_image_fails_its_request_only(tiny_model, expected, served):
     check_undecodable(*served, TINY, tiny_model[0].cfg, expected[f"{TINY}/after_bad"])
 
@@ -451,6 +484,7 @@ def test_saved_model_cli_show_lists_signatures(serving_child, served, tiny_model
             "detection_boxes": ("DT_FLOAT", f"(-1, {slots}, 4)"),
             "detection_scores": ("DT_FLOAT", f"(-1, {slots})"),
             "detection_classes": ("DT_INT32", f"(-1, {slots})"),
+            "detection_class_names": ("DT_STRING", f"(-1, {slots})"),
             "detection_masks": ("DT_UINT8", f"(-1, {slots}, -1, -1)"),
             "detection_keypoints": ("DT_FLOAT", f"(-1, {slots}, {keypoints}, 3)"),
             "detection_keypoint_probs": ("DT_FLOAT", f"(-1, {slots}, {keypoints})"),
@@ -478,9 +512,10 @@ def test_saved_model_cli_run_with_npy_input(serving_child, served, expected):
     variable the graph reads is restored, and detections equal the Predictor's."""
     work, _ = serving_child
     assert served[0]["saved_model_cli run"] == 0, (work / "child.err").read_text()[-2000:]
-    raw = {p.stem: np.load(p) for p in (work / "cli_run").glob("*.npy")}
+    raw = {p.stem: np.load(p, allow_pickle=True) for p in (work / "cli_run").glob("*.npy")}  # names: objects
     assert set(raw) == {"num_detections", "detection_boxes", "detection_scores", "detection_classes",
-                        "detection_masks", "detection_keypoints", "detection_keypoint_probs", "image_sizes"}  # fmt: skip
+                        "detection_class_names", "detection_masks", "detection_keypoints",
+                        "detection_keypoint_probs", "image_sizes"}  # fmt: skip
     want = expected[f"{TINY}/cli"]
     assert raw["num_detections"].tolist() == [len(want["scores"])] and len(want["scores"]) > 0
     assert_same_detections(detections_per_image(raw)[0], want)

@@ -30,7 +30,7 @@ from savedmodel.client import (
 )
 from savedmodel.export import main as export_main
 from savedmodel.outputs import detections_per_image
-from savedmodel_fixtures import TINY_TEST, TinyModel, assert_same_detections, shapes_val_images
+from savedmodel_fixtures import SHAPES_CATEGORIES, TINY_TEST, TinyModel, assert_same_detections, shapes_val_images
 from tfdet.graph_options import cpu_graph_options
 from tfdet.inference import Predictor
 
@@ -93,7 +93,8 @@ class _RestHandler(BaseHTTPRequestHandler):
         self._answer(200, {"predictions": rows})
 
     def _answer(self, status, content):
-        data = json.dumps(content).encode("utf-8")
+        # TF Serving writes DT_STRING outputs (not named *_bytes) as JSON strings
+        data = json.dumps(content, default=lambda value: value.decode("utf-8")).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -209,14 +210,18 @@ def test_rest_round_trip_matches_predictor(model, rest_url, photos):
     array = decoded(photos[1])  # a BGR array: the client sends it as PNG
     results = client.predict([photos[0], array])
     pixels = [decoded(photos[0]), array]
+    names = predictor.categories.display_names()  # the classes the weights store: the shapes names
+    assert names[1:] == SHAPES_CATEGORIES.names[1:]
     for got, want, image in zip(results, predictor.predict(pixels), pixels):
         assert len(want["scores"]) >= 2, "the comparison needs detections to compare"
         assert got["masks"].shape == (len(want["scores"]), *image.shape[:2])
-        assert {k: v.dtype for k, v in got.items()} == {k: v.dtype for k, v in want.items()}
-        assert_same_detections(got, want)
+        assert all(isinstance(name, str) for name in got["class_names"])
+        arrays = {k: v for k, v in got.items() if k != "class_names"}
+        assert {k: v.dtype for k, v in arrays.items()} == {k: v.dtype for k, v in want.items()}
+        assert_same_detections(got, want, names)
     single = client.predict(photos[1])  # alone, it is padded less than in the batch
     assert isinstance(single, dict)
-    assert_same_detections(single, predictor.predict(array))
+    assert_same_detections(single, predictor.predict(array), names)
 
 
 def test_rest_errors_are_clear_and_leave_the_model_usable(rest_url, photos):
@@ -266,6 +271,8 @@ def test_command_line(rest_url, photos, tmp_path, capsys):
     count = int(re.fullmatch(rf"{re.escape(str(path))}: (\d+) detections", printed[0]).group(1))
     assert count > 0 and len(printed) == count + 1
     assert all(" mask " in line and " keypoints 5" in line for line in printed[1:])
+    named = [re.match(r"  (\w+) \(class (\d)\) score ", line) for line in printed[1:]]
+    assert all(match and SHAPES_CATEGORIES.names[int(match.group(2))] == match.group(1) for match in named)
     assert serving_client.main(["--url", "ftp://host", "--model", "m", "--image", str(path)]) == 1
     assert "--url must start with http://" in capsys.readouterr().err
 
