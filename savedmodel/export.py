@@ -3,7 +3,10 @@
 Writes a SavedModel in TF Serving's layout (BASE/NAME/<integer version>/saved_model.pb and
 variables/) with two signatures: `serving_default` (encoded JPEG/PNG bytes, as the REST API
 sends them base64) and `image_tensor` (uint8 RGB batches). `--weights` is our `.weights.h5` or a
-Detectron `.pkl`. An existing version is refused unless `--overwrite`; the version appears
+Detectron `.pkl`. The classes are named as `tfdet.data.coco_classes.model_categories` decides (the
+weights' stored classes, else `--dataset-json`'s categories, else COCO's for 81 classes, else ids): the
+`detection_class_names` output and the assets `labels.json` and `label_map.pbtxt` (`savedmodel.label_map`).
+An existing version is refused unless `--overwrite`; the version appears
 complete or not at all (written beside it under a name TF Serving ignores, then renamed).
 """
 
@@ -13,17 +16,21 @@ if __name__ == "__main__":  # before TensorFlow is imported: its native log reco
     quiet_native_logs()
 
 import argparse
+import json
 import pathlib
 import shutil
 import sys
+import tempfile
 import time
 import uuid
 
 from tqdm import tqdm
 
+from savedmodel.label_map import LABELS_FILE
 from savedmodel.outputs import MASK_FORMATS
 from tfdet.config.support import check_supported
 from tfdet.console import add_verbose_flag
+from tfdet.download import resolve_weights
 
 
 class ExportError(Exception):
@@ -40,10 +47,12 @@ def version_directory(out):
     return out
 
 
-def export_saved_model(cfg, weights, out, mask_format="image", overwrite=False, progress=False):
-    """Build the model of `cfg`, load `weights` (ours or a Detectron .pkl), write the SavedModel.
+def export_saved_model(cfg, weights, out, mask_format="image", overwrite=False, progress=False, dataset_json=None):
+    """Build the model of `cfg`, load `weights` (ours or a Detectron .pkl), write the SavedModel with its
+    classes' names (`model_categories` of the weights' stored classes and `dataset_json`).
 
-    Returns the version directory. Raises ExportError when it exists and `overwrite` is False.
+    Returns the version directory. Raises ExportError when it exists and `overwrite` is False, ValueError
+    when `dataset_json` is bad or disagrees with the classes the weights store.
     `progress`: a bar over the steps (build, load, trace and write) on a terminal. Config keys tfdet does not
     implement for export raise tfdet.config.ConfigError first (`tfdet.config.support`).
     """
@@ -51,15 +60,19 @@ def export_saved_model(cfg, weights, out, mask_format="image", overwrite=False, 
     out = version_directory(out)
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists; pass --overwrite to replace that version")
+    weights = resolve_weights(weights, cfg.DOWNLOAD_CACHE)  # a URL or catalog:// name: the checked download
     if not pathlib.Path(weights).is_file():
         raise ExportError(f"weights file not found: {weights}")
     import tensorflow as tf
 
+    from savedmodel.label_map import write_label_map
     from savedmodel.signatures import DetectionServingModule
+    from tfdet.data.model_labels import weights_categories
     from tfdet.inference import load_weights
     from tfdet.layers import placeholder_initialization
     from tfdet.modeling import build_model
 
+    categories = weights_categories(cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON, weights, dataset_json)
     with tqdm(total=3, desc="export", unit="step", leave=False, disable=None if progress else True) as bar:
         bar.set_postfix_str("building the model")
         with placeholder_initialization():  # every weight comes from the file
@@ -69,15 +82,20 @@ def export_saved_model(cfg, weights, out, mask_format="image", overwrite=False, 
         load_weights(model, cfg, weights)
         bar.update()
         bar.set_postfix_str("tracing the signatures, writing")
-        module = DetectionServingModule(model, cfg, mask_format)
+        module = DetectionServingModule(model, cfg, mask_format, categories)
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = out.parent / f".{out.name}-export-{uuid.uuid4().hex[:12]}"
         staging.mkdir()  # mkdir honours the umask (mkdtemp's 0700 would hide it from a server's user)
         try:
-            # Serving never differentiates: without the custom gradients (GroupNorm's, RoIAlign's) saved beside
-            # the graph, TensorFlow does not trace each of them again (the tiny Faster R-CNN: 14.8 s -> 10.9 s).
-            options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
-            tf.saved_model.save(module, str(staging), signatures=module.signatures(), options=options)
+            with tempfile.TemporaryDirectory() as label_dir:
+                # tracked assets: saving copies them into assets/; tf.saved_model.load gives their paths
+                labels, label_map = write_label_map(label_dir, categories)
+                module.labels_file = tf.saved_model.Asset(str(labels))
+                module.label_map_file = tf.saved_model.Asset(str(label_map))
+                # Serving never differentiates: without the custom gradients (GroupNorm's, RoIAlign's) saved
+                # beside the graph, TensorFlow does not trace each of them again (tiny Faster R-CNN: 14.8 -> 10.9 s).
+                options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+                tf.saved_model.save(module, str(staging), signatures=module.signatures(), options=options)
             replace_version(staging, out)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -102,7 +120,10 @@ def _parse(argv):
     )
     add_verbose_flag(parser)
     parser.add_argument("--cfg", required=True, help="YAML config of the model (Detectron's own or ours)")
-    parser.add_argument("--weights", required=True, help="our .weights.h5 or a Detectron .pkl")
+    parser.add_argument(
+        "--weights", required=True,
+        help="our .weights.h5 or a Detectron .pkl (a Detectron URL or catalog:// name: downloaded, md5-checked)",
+    )  # fmt: skip
     parser.add_argument("--out", required=True, help="BASE/NAME/VERSION, VERSION an integer")
     parser.add_argument(
         "--mask-format",
@@ -111,6 +132,10 @@ def _parse(argv):
         help="image: binary masks pasted to the image size (default); roi: M x M probabilities per box",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    parser.add_argument(
+        "--dataset-json",
+        help="COCO json whose categories name the classes of weights that store none (if they do, it must agree)",
+    )
     parser.add_argument("opts", nargs="*", help="config overrides KEY VALUE ...")
     return parser.parse_args(argv)
 
@@ -124,7 +149,9 @@ def main(argv=None):
     try:
         version_directory(args.out)
         cfg = load_config(args.cfg, args.opts)
-        out = export_saved_model(cfg, args.weights, args.out, args.mask_format, args.overwrite, progress=True)
+        out = export_saved_model(
+            cfg, args.weights, args.out, args.mask_format, args.overwrite, progress=True, dataset_json=args.dataset_json
+        )
     except (ExportError, ValueError, FileNotFoundError, WeightFileError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -132,7 +159,15 @@ def main(argv=None):
     size_mb = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / 2**20
     print(f"wrote {out} in {time.perf_counter() - start:.1f} s, {size_mb:.0f} MB "
           f"(signatures serving_default, image_tensor{masks})")
+    print(_classes_line(out / "assets" / LABELS_FILE))
     return 0
+
+
+def _classes_line(labels_path):
+    """'3 classes (assets/labels.json): square, circle, triangle' from the exported label map."""
+    classes = json.loads(labels_path.read_text(encoding="utf-8"))["classes"]
+    names = ", ".join(c["name"] for c in classes[:6]) + (", ..." if len(classes) > 6 else "")
+    return f"{len(classes)} classes ({labels_path.parent.name}/{labels_path.name}): {names}"
 
 
 if __name__ == "__main__":

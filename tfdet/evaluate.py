@@ -29,9 +29,9 @@ from tfdet.config import load_config
 from tfdet.config.errors import ConfigError
 from tfdet.config.support import check_supported
 from tfdet.console import add_verbose_flag
-from tfdet.data.catalog import DatasetSpec, get_dataset
+from tfdet.data.catalog import DatasetSpec, check_evaluation_dataset, get_dataset
+from tfdet.download import resolve_weights
 from tfdet.evaluation import (
-    contiguous_to_json_ids,
     detections_to_coco,
     evaluate_results,
     load_coco,
@@ -54,8 +54,16 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tfdet.evaluate", description=__doc__.split("\n")[0])
     add_verbose_flag(parser)
     parser.add_argument("--cfg", help="config YAML (Detectron keys)")
-    parser.add_argument("--weights", help="model weights: our .weights.h5 or a Detectron .pkl (default: TEST.WEIGHTS)")
-    parser.add_argument("--dataset", help="a dataset name of tfdet.data.catalog (default: each of TEST.DATASETS)")
+    parser.add_argument(
+        "--weights",
+        help="model weights: our .weights.h5 or a Detectron .pkl, a Detectron URL or catalog:// name (downloaded "
+        "and md5-checked) (default: TEST.WEIGHTS)",
+    )
+    parser.add_argument(
+        "--dataset",
+        help="a dataset name: tfdet.data.catalog's, $TFDET_DATA_DIR/datasets.yaml's, or "
+        "coco:ANNOTATIONS.json:IMAGE_DIR (default: each of TEST.DATASETS)",
+    )
     parser.add_argument("--annotations", help="a COCO annotation json (instead of --dataset)")
     parser.add_argument("--images", help="the image folder of --annotations")
     parser.add_argument("--results", help="evaluate this COCO results json instead of running a model")
@@ -97,18 +105,20 @@ def _evaluate(args, cfg, dataset):
         weights = args.weights or cfg.TEST.WEIGHTS
         if not weights:
             raise UsageError("--weights (or TEST.WEIGHTS) is needed to run a model")
+        weights = _checked(resolve_weights, weights, cfg.DOWNLOAD_CACHE)  # a URL: the checked download
         if not pathlib.Path(weights).is_file():
             raise UsageError(f"weights file not found: {weights}")
-        vis = vis_writer(cfg, dataset.annotation_file, output_dir)
+        categories = _model_categories(cfg, weights, dataset.annotation_file)
+        vis = vis_writer(cfg, categories, output_dir)
         freeze_imports()
         results, unreadable = predict_dataset(cfg, weights, coco_gt, dataset.image_dir, _batch_size(args, cfg), vis)
-        results_path = output_dir / f"results_{dataset.name}.json"
+        results_path = output_dir / f"results_{dataset.file_stem}.json"
         write_results(results_path, results)
         print(f"wrote {len(results)} results to {results_path}")
     skipped = {image_id for image_id, _ in unreadable}
     image_ids = [i for i in coco_gt.getImgIds() if i not in skipped]
     metrics = _checked(evaluate_results, coco_gt, results, iou_types, image_ids)
-    metrics_path = output_dir / f"metrics_{dataset.name}.json"
+    metrics_path = output_dir / f"metrics_{dataset.file_stem}.json"
     write_metrics(metrics_path, metrics)
     print(f"wrote metrics to {metrics_path}")
     if results_path is not None and not cfg.TEST.COMPETITION_MODE:
@@ -155,7 +165,8 @@ def _datasets(args, cfg, need_images):
         image_dir = pathlib.Path(args.images) if args.images else None
         if image_dir is not None and not image_dir.is_dir():
             raise UsageError(f"image folder not found: {image_dir}")
-        return [DatasetSpec(pathlib.Path(args.annotations).stem, image_dir, pathlib.Path(args.annotations))]
+        spec = DatasetSpec(pathlib.Path(args.annotations).stem, image_dir, pathlib.Path(args.annotations))
+        return [_checked(check_evaluation_dataset, spec, need_images)]
     if args.dataset is not None:
         names = [args.dataset]
     elif cfg is None or not cfg.TEST.DATASETS:
@@ -166,10 +177,10 @@ def _datasets(args, cfg, need_images):
     else:
         names = list(cfg.TEST.DATASETS)
     try:
-        return [get_dataset(name) for name in names]
+        return [check_evaluation_dataset(get_dataset(name), need_images) for name in names]
     except KeyError as error:
         raise UsageError(error.args[0]) from None
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ValueError) as error:  # missing files, a bad json, a malformed coco: name
         raise UsageError(str(error)) from None
 
 
@@ -201,15 +212,26 @@ def _check_model_matches_dataset(cfg, coco_gt):
             raise UsageError(f"the model predicts {cfg.KRCNN.NUM_KEYPOINTS} keypoints, the dataset has {found}")
 
 
+def _model_categories(cfg, weights, annotation_file):
+    """The model's classes (`model_categories`: those its weights store must be the dataset's categories,
+    names and ids; else the dataset's), or a UsageError naming both before any model is built."""
+    from tfdet.data.model_labels import weights_categories  # imports TensorFlow (keypoint names)
+
+    return _checked(weights_categories, cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON, weights, annotation_file)
+
+
 def predict_dataset(cfg, weights, coco_gt, image_dir, batch_size=1, vis=None):
     """COCO results of a Predictor on every image of `coco_gt`, and [(image_id, message)] of unreadable ones.
+    Their category ids are the model's dataset ids, which must be `coco_gt`'s (ValueError naming both).
 
     `vis(index, file_name, image, detections)`, when given, sees every image (index: its position among
     the sorted image ids, Detectron's roidb order)."""
+    from tfdet.data.coco_classes import model_categories
     from tfdet.inference import Predictor  # TensorFlow is imported only when a model runs
 
     predictor = Predictor(cfg, weights)
-    category_ids = contiguous_to_json_ids(coco_gt)
+    num_classes, keypoints_on = cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON
+    category_ids = model_categories(num_classes, keypoints_on, coco_gt.dataset, predictor.categories).json_ids
     image_ids = sorted(coco_gt.getImgIds())
     results, unreadable = [], []
     with tqdm(total=len(image_ids), desc="evaluate", unit="image", disable=None) as progress:
@@ -232,16 +254,14 @@ def predict_dataset(cfg, weights, coco_gt, image_dir, batch_size=1, vis=None):
     return results, unreadable
 
 
-def vis_writer(cfg, annotation_file, output_dir):
+def vis_writer(cfg, categories, output_dir):
     """Detectron's test_net pictures when cfg.VIS, else None: `vis(index, file_name, image, detections)` writes
     `<output_dir>/vis/<index>_<image name>.pdf` with the detections scoring at least VIS_TH, for the images
-    that have one (vis_one_image draws nothing otherwise)."""
+    that have one (vis_one_image draws nothing otherwise), classes named by `categories` (a ModelCategories)."""
     if not cfg.VIS:
         return None
-    from tfdet.data.coco_classes import model_categories  # these import TensorFlow (keypoint names)
-    from tfdet.visualize import draw_detections
+    from tfdet.visualize import draw_detections  # imports TensorFlow
 
-    categories = _checked(model_categories, cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON, annotation_file)
     folder = pathlib.Path(output_dir) / "vis"
     folder.mkdir(parents=True, exist_ok=True)
 

@@ -2,10 +2,13 @@
 
     python -m tfdet.infer --cfg X.yaml --weights W --input PATH [--output DIR] [KEY VALUE ...]
     python -m tfdet.infer --cfg X.yaml --wts W [--output-dir DIR] [--image-ext jpg] IMAGE_OR_FOLDER
+    python -m tfdet.infer --zoo e2e_mask_rcnn_R-50-FPN_1x --input PATH [--output DIR] [KEY VALUE ...]
 
 The second form is Detectron's `tools/infer_simple.py` command line (its flags `--wts`,
 `--output-dir`, `--image-ext`, `--output-ext`, `--always-out`, `--thresh`, `--kp-thresh` work as
-there). Trailing KEY VALUE pairs override config keys (e.g. `TEST.SCALE 600`).
+there). Trailing KEY VALUE pairs override config keys (e.g. `TEST.SCALE 600`). W may be a Detectron URL or
+`catalog://` name (downloaded once, md5-checked: tfdet.download); `--zoo NAME` takes a Detectron zoo model
+by name instead of --cfg and --weights, ported once into $TFDET_CACHE/zoo/NAME (porting.zoo).
 
 Written to the output folder, each named after its input file (Detectron's `<file name>.<ext>`):
 - `<name>.<output-ext>`: the picture (png, jpg or pdf; pdf is a one-page raster PDF, as OpenCV
@@ -17,6 +20,9 @@ Written to the output folder, each named after its input file (Detectron's `<fil
   run, and `images.json`: the COCO `images` (ids, file names, sizes; video frames have `frame`)
   and `categories` they refer to, so `COCO("images.json").loadRes("detections.json")` works.
   With --json-per-input, each input also gets `<name>.json` with its own results.
+Classes are named, and results carry dataset category ids, as the weights file stores them (a model
+trained or ported by tfdet; `tfdet.data.model_labels`); --dataset-json names the classes of weights
+that store none and must agree with those that do; else COCO's for 81 classes, else ids.
 Unreadable inputs are reported and skipped; the exit status is 1 if any failed.
 """
 
@@ -39,6 +45,8 @@ from tqdm import tqdm
 from tfdet.config import check_supported, load_config
 from tfdet.console import add_verbose_flag
 from tfdet.data.coco_classes import model_categories
+from tfdet.data.model_labels import read_model_categories
+from tfdet.download import resolve_weights
 from tfdet.evaluation.results import KEYPOINT_CONFIDENCES, detections_to_coco, write_results
 from tfdet.image_io import (
     PICTURE_FORMATS,
@@ -68,8 +76,16 @@ def build_parser():
         description="Detect objects in images, folders, globs or videos; write pictures and COCO json.",
     )
     add_verbose_flag(parser)
-    parser.add_argument("--cfg", required=True, help="config YAML (Detectron's own zoo files load unchanged)")
-    parser.add_argument("--weights", "--wts", dest="weights", help="our .weights.h5 or a Detectron .pkl")
+    parser.add_argument("--cfg", help="config YAML (Detectron's own zoo files load unchanged)")
+    parser.add_argument(
+        "--weights", "--wts", dest="weights",
+        help="our .weights.h5 or a Detectron .pkl (a Detectron URL or catalog:// name: downloaded and md5-checked)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--zoo", metavar="NAME",
+        help="instead of --cfg and --weights: Detectron zoo model NAME (python -m porting zoo --list), ported once "
+        "into $TFDET_CACHE/zoo/NAME",
+    )  # fmt: skip
     parser.add_argument("--input", help="image, folder, glob pattern or video (or give it as the positional)")
     parser.add_argument("--output", "--output-dir", dest="output", default="infer_output", help="output folder")
     parser.add_argument(
@@ -82,7 +98,11 @@ def build_parser():
     )
     parser.add_argument("--thresh", type=float, default=0.7, help="score threshold for drawing (0.7)")
     parser.add_argument("--kp-thresh", type=float, default=2.0, help="keypoint heatmap logit threshold (2)")
-    parser.add_argument("--dataset-json", help="COCO annotation json whose categories name the classes")
+    parser.add_argument(
+        "--dataset-json",
+        help="COCO annotation json whose categories name the classes (weights that store their classes need "
+        "none; if given, it must agree with them)",
+    )
     parser.add_argument(
         "--json-per-input",
         "--json-per-image",
@@ -108,7 +128,11 @@ def parse_args(argv=None):
         args.input = rest.pop(0)
     if len(rest) % 2:
         parser.error(f"config overrides come in KEY VALUE pairs, got {rest}")
-    if args.weights is None:
+    if args.zoo is not None and (args.cfg or args.weights):
+        parser.error("--zoo NAME replaces --cfg and --weights: give one or the other")
+    if args.zoo is None and args.cfg is None:
+        parser.error("--cfg is required (or --zoo NAME)")
+    if args.zoo is None and args.weights is None:
         parser.error("--weights (or --wts) is required")
     args.opts = rest
     return args
@@ -252,8 +276,9 @@ def open_video_writer(path, fps, size):
     return writer
 
 
-def check_usage(args, cfg):
-    """(inputs, categories) for the command line, or UsageError before any model is built."""
+def check_usage(args, cfg, stored=None):
+    """(inputs, categories) for the command line, or UsageError before any model is built. `stored`: the
+    classes the weights store (or a Predictor's categories), named and numbered by `model_categories`."""
     if args.videopose3d and not cfg.MODEL.KEYPOINTS_ON:
         raise UsageError("--videopose3d needs a keypoint model (MODEL.KEYPOINTS_ON: True)")
     if cfg.MODEL.KEYPOINTS_ON and cfg.KRCNN.KEYPOINT_CONFIDENCE not in KEYPOINT_CONFIDENCES:
@@ -263,7 +288,7 @@ def check_usage(args, cfg):
         )
     try:
         inputs = list_inputs(args.input, args.image_ext)
-        categories = model_categories(cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON, args.dataset_json)
+        categories = model_categories(cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON, args.dataset_json, stored)
     except (FileNotFoundError, ValueError) as error:
         raise UsageError(str(error)) from None
     return inputs, categories
@@ -272,7 +297,7 @@ def check_usage(args, cfg):
 def run(args, predictor):
     """Run parsed `args` with an already built `predictor` (main builds one from --cfg, --weights); exit status."""
     try:
-        inputs, categories = check_usage(args, predictor.cfg)
+        inputs, categories = check_usage(args, predictor.cfg, predictor.categories)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -285,13 +310,24 @@ def _execute(args, predictor, inputs, categories):
     return 1 if log.failures else 0
 
 
+def zoo_model_files(name):
+    """(config.yaml, model.weights.h5) of Detectron zoo model `name`, ported once into $TFDET_CACHE/zoo/NAME."""
+    from porting.zoo import ported_zoo_model  # porting builds on tfdet: imported only for --zoo
+
+    folder = ported_zoo_model(name)
+    return str(folder / "config.yaml"), str(folder / "model.weights.h5")
+
+
 def main(argv=None):
     """The command line: parse, check, build the model (a Detectron .pkl is ported on load), run."""
     args = parse_args(argv)
     try:
+        if args.zoo is not None:
+            args.cfg, args.weights = zoo_model_files(args.zoo)
         cfg = load_config(args.cfg, args.opts)
         check_supported(cfg, "inference")  # before the weights: a refused key is the config's problem
-        inputs, categories = check_usage(args, cfg)
+        args.weights = resolve_weights(args.weights, cfg.DOWNLOAD_CACHE)  # a URL: the checked download
+        inputs, categories = check_usage(args, cfg, read_model_categories(args.weights))
         if not pathlib.Path(args.weights).is_file():
             raise UsageError(f"{args.weights}: no such weights file")
     except (UsageError, OSError, ValueError) as error:

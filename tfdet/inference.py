@@ -5,6 +5,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfdet.config import Config, check_supported, load_config
+from tfdet.data.model_labels import weights_categories
+from tfdet.download import resolve_weights
 from tfdet.graph_options import cpu_graph_options
 from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
@@ -18,6 +20,8 @@ class Predictor:
 
     `cfg` is a Config or a path to a Detectron YAML; `weights` a `.weights.h5` file of ours, a
     Detectron `.pkl` (ported on the fly), or None for the builder's random initialisation.
+    `categories` (a `tfdet.data.coco_classes.ModelCategories`) says what its class ids mean: the classes
+    stored in the weights file, else COCO's for 81 classes, else the ids (`model_categories`).
     """
 
     def __init__(self, cfg, weights=None):
@@ -29,6 +33,7 @@ class Predictor:
             with placeholder_initialization():  # every weight comes from the file
                 self.model = build_model(self.cfg)
             load_weights(self.model, self.cfg, weights)
+        self.categories = weights_categories(self.cfg.MODEL.NUM_CLASSES, self.cfg.MODEL.KEYPOINTS_ON, weights)
         self._run = tf.function(
             self.model,
             input_signature=[
@@ -53,6 +58,15 @@ class Predictor:
         )
         # TEST.BBOX_AUG / MASK_AUG / KPS_AUG: Detectron's augmented test, one image at a time.
         self._augmentation = TestTimeAugmentation(self.cfg, self.model) if uses_test_time_augmentation(self.cfg) else None
+
+    @classmethod
+    def from_zoo(cls, name):
+        """A Predictor of Detectron zoo model `name` (`python -m porting zoo --list` lists them), downloaded and
+        ported once into $TFDET_CACHE/zoo/NAME/ (model.weights.h5, config.yaml) and loaded from there after."""
+        from porting.zoo import ported_zoo_model  # porting builds on tfdet: imported only here
+
+        folder = ported_zoo_model(name)
+        return cls(str(folder / "config.yaml"), str(folder / "model.weights.h5"))
 
     def predict(self, image):
         """Detections of one image, or a list of results for a list of images (sizes may differ).
@@ -101,8 +115,9 @@ class Predictor:
 
 
 def load_weights(model, cfg, weights):
-    """Load `weights` into `model`: our `.weights.h5`, or a Detectron `.pkl` through porting."""
-    path = str(weights)
+    """Load `weights` into `model`: our `.weights.h5`, or a Detectron `.pkl` through porting (a Detectron URL or
+    `catalog://` name: downloaded into the cache and md5-checked first, `tfdet.download`)."""
+    path = resolve_weights(weights, cfg.DOWNLOAD_CACHE)
     if path.endswith(".pkl"):
         try:  # porting builds on tfdet, so it is imported only when a .pkl is given
             from porting import load_detectron_weights

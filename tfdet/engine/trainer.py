@@ -28,11 +28,15 @@ import shutil
 import keras
 import tensorflow as tf
 
+from tfdet.config import load_config
 from tfdet.config.errors import ConfigError
 from tfdet.config.support import check_supported
-from tfdet.data.domain_pipeline import distributed_domain_dataset_fn, target_roidb
+from tfdet.data.domain_pipeline import distributed_domain_dataset_fn
+from tfdet.data.domain_pipeline import target_roidb as configured_target_roidb
+from tfdet.data.model_labels import read_model_categories, roidb_categories, weights_categories, write_model_categories
 from tfdet.data.pipeline import distributed_dataset_fn
 from tfdet.data.roidb import training_roidb
+from tfdet.download import resolve_weights
 from tfdet.engine.checkpoint import (
     FINAL_WEIGHTS,
     TrainingCheckpointer,
@@ -48,6 +52,7 @@ from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
 from tfdet.modeling.mixed_precision import needs_loss_scaling
 from tfdet.modeling.domain_adaptation import is_domain_classifier_blob
+from tfdet.modeling.class_transfer import ClassTransfer
 from tfdet.modeling.training_graph import copy_weights_by_blob_name, loss_terms
 
 logger = logging.getLogger(__name__)
@@ -77,32 +82,79 @@ def image_seeds(rng_seed, iteration, global_batch, batch_size):
     return tf.stack([tf.fill(tf.shape(index), tf.constant(rng_seed, tf.int64)), index], axis=1)
 
 
-def load_initial_weights(model, cfg, path):
+def load_initial_weights(model, cfg, path, class_names=None):
     """TRAIN.WEIGHTS into the training model: a Detectron `.pkl` (an ImageNet backbone or a whole
     model; blobs the file lacks keep their initialisation), our `.weights.h5` (an inference model's
-    weights, copied by blob name) or a training checkpoint of ours (a prefix or its folder)."""
+    weights, copied by blob name) or a training checkpoint of ours (a prefix or its folder).
+
+    From a `.pkl` or `.weights.h5` of another class (or keypoint) count, the blobs that follow the count keep
+    the model's initialisation, except the rows of classes named as the model's `class_names` (the training
+    set's), which are copied (`tfdet.modeling.class_transfer`); each such blob is logged on one line."""
     path = os.fspath(path)
+    class_transfer = ClassTransfer.for_config(cfg, class_names)
     if path.endswith(".pkl"):
         from porting import load_detectron_weights  # porting builds on tfdet: imported only for .pkl files
 
-        report = load_detectron_weights(model, cfg, path, allow_missing=True)
+        report = load_detectron_weights(model, cfg, path, allow_missing=True, class_transfer=class_transfer)
         logger.info("Initialised from %s: %d blobs loaded, %d missing", path, len(report.loaded), len(report.missing))
-        return
-    if path.endswith(".h5"):
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"TRAIN.WEIGHTS file not found: {path}")
-        with placeholder_initialization():
-            source = build_model(cfg)
-        source.load_weights(path)
+    elif path.endswith(".h5"):
+        source, source_names = weights_file_model(cfg, path)
         # an inference model has no DA heads: a DA training model keeps their initialisation
-        copy_weights_by_blob_name(source, model, cfg.MRCNN.ROI_MASK_HEAD, keep_missing=is_domain_classifier_blob)
-        return
+        copy_weights_by_blob_name(
+            source, model, cfg.MRCNN.ROI_MASK_HEAD, is_domain_classifier_blob, class_transfer, source_names
+        )
+    else:
+        restore_training_checkpoint(model, path)
+    for line in class_transfer.lines:
+        logger.info("TRAIN.WEIGHTS %s: %s", path, line)
+
+
+def weights_file_model(cfg, path):
+    """(inference model holding our `.weights.h5` at `path`, its class names or None). The model is built from
+    the `config.yaml` beside the file when there is one (the trainer and `python -m porting` write it), else from
+    `cfg` with the class count the file stores (`tfdet.data.model_labels`)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"TRAIN.WEIGHTS file not found: {path}")
+    config_path = os.path.join(os.path.dirname(path), CONFIG_FILE)
+    stored = read_model_categories(path)
+    if os.path.isfile(config_path):
+        source_cfg, built_from = load_config(config_path), config_path
+    else:
+        source_cfg, built_from = cfg.clone(), "the training config"
+        if stored is not None:
+            source_cfg.MODEL.NUM_CLASSES = len(stored.json_ids)
+            built_from += f" with the {len(stored.json_ids)} classes the file stores"
+    with placeholder_initialization():
+        source = build_model(source_cfg)
+    try:
+        source.load_weights(path)
+    except ValueError as error:
+        keras_message = " ".join(str(error).split()).split(" Target variable:")[0]  # one line, no values
+        raise ValueError(
+            f"TRAIN.WEIGHTS {path}: its weights do not fit the model of {built_from} ({keras_message}); "
+            f"put the config.yaml of the model it holds beside it"
+        ) from None
+    names = weights_categories(source_cfg.MODEL.NUM_CLASSES, source_cfg.MODEL.KEYPOINTS_ON, path).names
+    return source, names
+
+
+def restore_training_checkpoint(model, path):
+    """A tfdet training checkpoint (a prefix or its folder) into `model`, which must be the model it was saved from:
+    a checkpoint of other shapes (another class count) is refused in one line."""
     checkpoint = tf.train.latest_checkpoint(path) if os.path.isdir(path) else path
     if checkpoint is None or not tf.io.gfile.exists(checkpoint + ".index"):
         raise FileNotFoundError(
             f"TRAIN.WEIGHTS {path!r} is neither a Detectron .pkl, a .weights.h5 file nor a tfdet training checkpoint"
         )
-    tf.train.Checkpoint(model=model).read(checkpoint).expect_partial().assert_existing_objects_matched()
+    try:
+        tf.train.Checkpoint(model=model).read(checkpoint).expect_partial().assert_existing_objects_matched()
+    except ValueError as error:
+        if "incompatible tensor" not in str(error):
+            raise
+        raise ValueError(
+            f"TRAIN.WEIGHTS {path!r}: a training checkpoint restores only into the model it was saved from "
+            f"({str(error).strip()}); to fine-tune to other classes, start from that run's {FINAL_WEIGHTS}"
+        ) from None
 
 
 # RESNETS.TRANS_FUNC of Detectron's ResNet blocks whose norm is AffineChannel (frozen BN: a fixed per-channel
@@ -142,7 +194,7 @@ def copy_initial_weights(cfg, output_dir):
     finished = os.path.exists(os.path.join(output_dir, FINAL_WEIGHTS))
     if not (cfg.TRAIN.AUTO_RESUME and cfg.TRAIN.COPY_WEIGHTS) or finished:
         return None
-    source = os.fspath(cfg.TRAIN.WEIGHTS)
+    source = resolve_weights(cfg.TRAIN.WEIGHTS, cfg.DOWNLOAD_CACHE)  # a URL: the checked download
     if not os.path.isfile(source):
         raise FileNotFoundError(f"TRAIN.COPY_WEIGHTS copies the TRAIN.WEIGHTS file, and {source!r} is not a file")
     os.makedirs(output_dir, exist_ok=True)
@@ -152,16 +204,19 @@ def copy_initial_weights(cfg, output_dir):
     return target
 
 
-def export_final_weights(cfg, training_model, directory):
+def export_final_weights(cfg, training_model, directory, categories=None):
     """The training model's weights in an inference model, saved as `model_final.weights.h5` (temp file +
-    rename) beside `config.yaml`; returns the weights path. The inference model is built on the default
-    strategy, outside any training strategy's scope."""
+    rename) beside `config.yaml`; returns the weights path. `categories` (a ModelCategories: the training
+    set's classes) are stored in the file (`tfdet.data.model_labels`). The inference model is built on the
+    default strategy, outside any training strategy's scope."""
     with placeholder_initialization():
         inference_model = build_model(cfg)
     copy_weights_by_blob_name(training_model, inference_model, cfg.MRCNN.ROI_MASK_HEAD)
     path = os.path.join(directory, FINAL_WEIGHTS)
     temporary = os.path.join(directory, f".{os.getpid()}.{FINAL_WEIGHTS}")
     inference_model.save_weights(temporary)
+    if categories is not None:
+        write_model_categories(temporary, categories)
     os.replace(temporary, path)
     with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as config_file:
         config_file.write(cfg.dump())
@@ -186,8 +241,11 @@ class Trainer:
         self.output_dir = os.fspath(output_dir or cfg.OUTPUT_DIR)
         refuse_affine_body_from_scratch(cfg, self.output_dir)
         self.strategy = strategy or build_strategy(cfg)
-        self.roidb = roidb
+        # the datasets are read (and checked) before any model is built: bad input stops the run at once
+        self.roidb = roidb if roidb is not None else training_roidb(cfg)
         self.target_roidb = target_roidb
+        if cfg.MODEL.DOMAIN_ADAPTATION_ON and target_roidb is None:
+            self.target_roidb = configured_target_roidb(cfg)
         self.progress = progress
         self.global_batch = global_batch_size(cfg, self.strategy)
         keras.utils.set_random_seed(cfg.RNG_SEED)  # the same initial weights on every run of this config
@@ -218,18 +276,18 @@ class Trainer:
         if self.resumed_from:
             logger.info("Resumed from %s at iteration %d", self.resumed_from, self.iteration)
         elif self.cfg.TRAIN.WEIGHTS:
-            load_initial_weights(self.model, self.cfg, self.cfg.TRAIN.WEIGHTS)
+            class_names = getattr(self.roidb, "class_names", None)  # a Roidb's; tests may pass plain lists
+            weights = resolve_weights(self.cfg.TRAIN.WEIGHTS, self.cfg.DOWNLOAD_CACHE)  # a URL: the checked download
+            load_initial_weights(self.model, self.cfg, weights, class_names)
         return self.iteration
 
     def distributed_dataset(self, start_step):
         """The training batches from iteration `start_step` on, one TRAIN.IMS_PER_BATCH batch per replica
         (MODEL.DOMAIN_ADAPTATION_ON: half source, half target images, `tfdet.data.domain_pipeline`)."""
-        roidb = self.roidb if self.roidb is not None else training_roidb(self.cfg)
         if self.cfg.MODEL.DOMAIN_ADAPTATION_ON:
-            target = self.target_roidb if self.target_roidb is not None else target_roidb(self.cfg)
-            dataset_fn = distributed_domain_dataset_fn(self.cfg, roidb, target, start_step=start_step)
+            dataset_fn = distributed_domain_dataset_fn(self.cfg, self.roidb, self.target_roidb, start_step=start_step)
         else:
-            dataset_fn = distributed_dataset_fn(self.cfg, roidb, start_step=start_step)
+            dataset_fn = distributed_dataset_fn(self.cfg, self.roidb, start_step=start_step)
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
     def train_step(self, distributed_batch):
@@ -305,5 +363,5 @@ class Trainer:
             self.checkpointer.save()
         final = self.checkpointer.final_weights_path
         if chief:
-            final = export_final_weights(cfg, self.model, self.output_dir)
+            final = export_final_weights(cfg, self.model, self.output_dir, roidb_categories(self.roidb))
         return TrainingResult(start_iter, self.iteration, final, self.resumed_from)
