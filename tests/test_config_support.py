@@ -17,6 +17,7 @@ import pytest
 from conftest import REPO_ROOT, shared_path
 from tfdet.config import ConfigError, check_supported, load_config
 from tfdet.config.defaults import DEFAULTS
+from tfdet.data.coco_classes import model_categories
 from tfdet.config.support import SUPPORT, USES, Implemented, NoEffect, OnlyWith, Refused
 
 TINY = REPO_ROOT / "configs" / "shapes_tiny_mask_keypoint.yaml"
@@ -293,6 +294,7 @@ class FakePredictor:
     def __init__(self, cfg, weights):
         FakePredictor.weights.append(weights)
         self.calls = 0
+        self.categories = model_categories(cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON)
 
     def predict(self, images):
         results = []

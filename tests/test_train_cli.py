@@ -20,6 +20,7 @@ import tensorflow as tf
 from training_fixtures import AFFINE_BODY, ONE_SAMPLE_ROI_ALIGN, TINY_CONFIG, functions_run_eagerly, tiny_cfg
 
 from tfdet.data import shapes
+from tfdet.data.model_labels import read_model_categories
 from tfdet.engine.lr_schedule import lr_at_iter
 from tfdet.train import main
 
@@ -102,6 +103,8 @@ def assert_full_run(full_dir, printed):
         records[0])
     assert printed.count("json_stats: ") == 2
     assert set(json.loads((full_dir / "metrics_shapes_val.json").read_text())) == {"bbox"}
+    # the training set's classes travel in the final weights (inference, evaluation and export read them)
+    assert read_model_categories(full_dir / "model_final.weights.h5").names == ("__background__", *shapes.CATEGORY_NAMES)
 
 
 def assert_resumed_to_the_full_run(full_dir, resumed_dir, exact):

@@ -41,8 +41,11 @@ def read_model_categories(weights_path):
         return None
     import h5py
 
-    with h5py.File(os.fspath(weights_path), "r") as weights_file:
-        text = weights_file.attrs.get(ATTRIBUTE)
+    try:
+        with h5py.File(os.fspath(weights_path), "r") as weights_file:
+            text = weights_file.attrs.get(ATTRIBUTE)
+    except OSError as error:  # h5py's own message names no file
+        raise ValueError(f"{weights_path}: not a weights file ({error})") from None
     if text is None:
         return None
     try:
