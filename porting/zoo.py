@@ -12,7 +12,7 @@ import shutil
 import sys
 import uuid
 
-from porting.__main__ import port_zoo_model
+from porting.commands import port_zoo_model
 from porting.zoo_models import zoo_model
 from tfdet.download import cache_folder, resolve_weights
 
