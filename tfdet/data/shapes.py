@@ -213,13 +213,13 @@ def _background(rng, height, width):
     return image + rng.normal(0, 6, size=(height, width, 3))
 
 
-def distinct_colour(rng, avoid):
-    """A random colour at least MIN_COLOUR_DISTANCE from every colour in `avoid` (best of a few tries)."""
+def distinct_colour(rng, avoid, min_distance=MIN_COLOUR_DISTANCE):
+    """A random colour at least `min_distance` from every colour in `avoid` (best of a few tries)."""
     best, best_distance = None, -1.0
     for _ in range(10):
         colour = rng.uniform(0, 255, size=3)
         distance = min((np.linalg.norm(colour - a) for a in avoid), default=np.inf)
-        if distance >= MIN_COLOUR_DISTANCE:
+        if distance >= min_distance:
             return colour
         if distance > best_distance:
             best, best_distance = colour, distance
