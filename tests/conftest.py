@@ -19,15 +19,16 @@ SHARED_DIR = REPO_ROOT.parent / "shared"
 # two workers in collection order; starting with the longest keeps both busy until the end instead of one
 # waiting while the other finishes a long module collected last. Only the order changes.
 LONGEST_FIRST = (
-    "test_savedmodel.py", "test_train_cli.py", "test_predictor.py", "test_trainer.py", "test_mixed_precision.py",
-    "test_domain_adaptation.py", "test_porting_zoo.py", "test_infer.py", "test_generalized_rcnn.py",
+    "test_savedmodel.py", "test_train_cli.py", "test_own_data_end_to_end.py", "test_predictor.py", "test_trainer.py",
+    "test_mixed_precision.py", "test_domain_adaptation.py", "test_porting_zoo.py", "test_infer.py", "test_finetune.py",
+    "test_class_names.py", "test_zoo.py", "test_generalized_rcnn.py",
     "test_roi_align.py", "test_porting.py", "test_savedmodel_client.py", "test_retinanet_training.py",
     "test_device_map.py", "test_retinanet_port.py", "test_retinanet.py", "test_maskrcnn_benchmark_port.py",
     "test_porting_cli.py", "test_evaluate_cli.py", "test_training_graph.py", "test_soft_nms_and_voting.py",
     "test_backbones.py", "test_porting_fields.py", "test_fork_config.py", "test_data_pipeline.py",
     "test_savedmodel_postprocessing.py", "test_porting_numerics.py", "test_test_time_augmentation.py",
     "test_strategy.py", "test_fpn_levels.py", "test_nms.py", "test_domain_adaptation_strategy.py",
-    "test_config_support.py", "test_checkpoint.py", "test_videopose3d.py", "test_proposals.py",
+    "test_config_support.py", "test_download.py", "test_checkpoint.py", "test_videopose3d.py", "test_proposals.py",
     "test_console.py", "test_fork_pth.py",
 )  # fmt: skip
 
