@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tfdet.data.coco_classes import COCO_CLASSES
-from tfdet.modeling.roi_heads.keypoint_names import COCO_KEYPOINTS
+from tfdet.data.keypoint_names import COCO_KEYPOINTS
 from tfdet.visualize import (
     class_label,
     draw_box,

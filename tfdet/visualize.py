@@ -12,7 +12,7 @@ import colorsys
 import cv2
 import numpy as np
 
-from tfdet.modeling.roi_heads.keypoint_names import COCO_KEYPOINT_CONNECTIONS, COCO_KEYPOINTS
+from tfdet.data.keypoint_names import COCO_KEYPOINT_CONNECTIONS, COCO_KEYPOINTS
 
 BOX_GREEN = (15, 127, 18)  # BGR of Detectron's _GREEN (18, 127, 15)
 WHITE = (255, 255, 255)

@@ -2,14 +2,14 @@
 
 Index 0 is the background, 1..80 are COCO's 80 categories sorted by their COCO category id (the order
 Detectron's `dummy_datasets.get_coco_dataset` and its json datasets use). The keypoint names and
-skeleton live in `tfdet.modeling.roi_heads.keypoint_names`. `model_categories` tells what a model's class ids
+skeleton live in `tfdet.data.keypoint_names`. `model_categories` tells what a model's class ids
 mean (names for pictures, category ids for COCO json).
 """
 
 import json
 from dataclasses import dataclass, field, replace
 
-from tfdet.modeling.roi_heads.keypoint_names import COCO_KEYPOINTS
+from tfdet.data.keypoint_names import COCO_KEYPOINTS
 
 COCO_CLASSES = (
     "__background__",

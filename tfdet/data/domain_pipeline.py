@@ -21,13 +21,13 @@ import pathlib
 import numpy as np
 import tensorflow as tf
 
+from tfdet.batch_keys import SOURCE_FLAG
 from tfdet.data.catalog import configured_datasets
 from tfdet.data.coco_json import check_image_files, checked_images, load_json
 from tfdet.data.pipeline import build_train_dataset, replica_dataset_fn
 from tfdet.data.roidb import ImageRecord, Roidb
 
 TARGET_SEED_OFFSET = 1
-SOURCE_FLAG = "is_source"
 # Keys whose axis 1 is the ground-truth slot axis (the halves may have different slot counts).
 _SLOT_KEYS = ("gt_boxes", "gt_classes", "gt_is_crowd")
 

@@ -27,7 +27,7 @@ The inference model (`build_model(cfg)`) has none of this: the DA layers live on
 
 import keras
 
-from tfdet.data.domain_pipeline import SOURCE_FLAG
+from tfdet.batch_keys import SOURCE_FLAG
 from tfdet.layers.domain_classifiers import (
     DomainConsistencyLoss,
     FoldSeeds,

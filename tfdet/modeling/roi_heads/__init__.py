@@ -5,10 +5,4 @@ Importing this package fills BOX_HEADS, MASK_HEADS and KEYPOINT_HEADS (tfdet.mod
 
 from tfdet.modeling.roi_heads.box_heads import FastRCNNOutputs, add_fast_rcnn_outputs
 from tfdet.modeling.roi_heads.keypoint_heads import add_keypoint_outputs
-from tfdet.modeling.roi_heads.keypoint_names import (
-    COCO_KEYPOINT_CONNECTIONS,
-    COCO_KEYPOINT_FLIP_MAP,
-    COCO_KEYPOINTS,
-    flip_permutation,
-)
 from tfdet.modeling.roi_heads.mask_heads import MaskOutputs, add_mask_rcnn_outputs
