@@ -14,15 +14,13 @@ from conftest import shared_path
 from test_roi_align import reference_roi_align
 from tfdet.config import load_config
 from tfdet.config.errors import ConfigWarning
+from tfdet.data.keypoint_names import COCO_KEYPOINT_CONNECTIONS, COCO_KEYPOINTS, flip_permutation
 from tfdet.modeling.detectron_names import detectron_inventory, model_blobs
 from tfdet.modeling.registry import BOX_HEADS, KEYPOINT_HEADS, MASK_HEADS, BodyOutput, RoIHeadOutput
 from tfdet.modeling.roi_heads import (
-    COCO_KEYPOINT_CONNECTIONS,
-    COCO_KEYPOINTS,
     add_fast_rcnn_outputs,
     add_keypoint_outputs,
     add_mask_rcnn_outputs,
-    flip_permutation,
 )
 from tfdet.modeling.roi_heads import box_heads, keypoint_heads, mask_heads
 
