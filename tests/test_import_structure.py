@@ -1,5 +1,5 @@
-"""The package's layering, read from its source: `tfdet.modeling` never imports `tfdet.data` (at any level, lazy
-imports included), and what serves a model (`tfdet.inference`, `savedmodel.export`) loads neither pycocotools nor
+"""The package's layering, read from its source: no import circle among tfdet, porting and savedmodel, and
+`tfdet.modeling` never imports `tfdet.data` (at any level, lazy imports included); what serves a model (`tfdet.inference`, `savedmodel.export`) loads neither pycocotools nor
 the training data pipeline or the shapes generator, checked in a fresh interpreter."""
 
 import ast
@@ -10,19 +10,73 @@ import sys
 from conftest import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "tfdet"
+PACKAGES = ("tfdet", "porting", "savedmodel")
 
 
-def imported_modules(path):
-    """Every module an `import` or `from ... import` statement of `path` names, wherever it stands."""
+def module_files():
+    """{dotted module name: path} of every module of our packages (a package by its own name)."""
+    files = {}
+    for package in PACKAGES:
+        for path in sorted((REPO_ROOT / package).rglob("*.py")):
+            parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return files
+
+
+def imported_modules(path, known=()):
+    """Every module an `import` or `from ... import` statement of `path` names, wherever it stands. With `known`
+    (module names), `from package import module` names the module alone, not the package."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+            members = {f"{node.module}.{alias.name}" for alias in node.names}
+            names.update(members)
+            if not members & set(known):
+                names.add(node.module)
     return names
+
+
+def import_circles(graph):
+    """The groups of modules that import each other, directly or through others (Tarjan's strongly connected
+    components of more than one module, or a module importing itself)."""
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(module):
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for other in graph[module]:
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in on_stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = []
+            while not group or group[-1] != module:
+                group.append(stack.pop())
+                on_stack.discard(group[-1])
+            if len(group) > 1 or module in graph[module]:
+                circles.append(sorted(group))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return circles
+
+
+def test_import_circles_are_found():
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle():
+    files = module_files()
+    graph = {name: imported_modules(path, files) & set(files) - {name} for name, path in files.items()}
+    assert import_circles(graph) == []
 
 
 def test_imported_modules_sees_lazy_imports(tmp_path):

@@ -19,8 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfdet.config.errors import ConfigError
-from tfdet.modeling.generalized_rcnn import soft_nms_setting, voting_setting
 from tfdet.data.keypoint_names import flip_permutation
+from tfdet.modeling.test_settings import soft_nms_setting, voting_setting
 from tfdet.modeling.test_time_models import build_test_time_models
 from tfdet.modeling.training_graph import copy_weights_by_blob_name
 from tfdet.ops.keypoints import heatmaps_to_keypoints

@@ -4,8 +4,14 @@ from tfdet.modeling.device_map import apply_device_map
 from tfdet.modeling.generalized_rcnn import build_generalized_rcnn
 from tfdet.modeling.mixed_precision import dtype_policy_scope, keep_float32
 from tfdet.modeling.retinanet import build_retinanet
+from tfdet.modeling.retinanet_training import build_retinanet_training_model
+from tfdet.modeling.training_graph import build_training_model
 
-_BUILDERS = {"generalized_rcnn": build_generalized_rcnn, "retinanet": build_retinanet}
+# MODEL.TYPE -> (inference graph builder, training graph builder): the model families, side by side.
+MODEL_FAMILIES = {
+    "generalized_rcnn": (build_generalized_rcnn, build_training_model),
+    "retinanet": (build_retinanet, build_retinanet_training_model),
+}
 
 
 def build_model(cfg, training=False):
@@ -15,10 +21,10 @@ def build_model(cfg, training=False):
     (`tfdet.modeling.mixed_precision`) and the parts TFDET.DEVICE_MAP names run on their devices
     (`tfdet.modeling.device_map`).
     """
-    builder = _BUILDERS.get(cfg.MODEL.TYPE)
-    if builder is None:
-        known = ", ".join(repr(name) for name in _BUILDERS)
+    builders = MODEL_FAMILIES.get(cfg.MODEL.TYPE)
+    if builders is None:
+        known = ", ".join(repr(name) for name in MODEL_FAMILIES)
         raise ValueError(f"MODEL.TYPE {cfg.MODEL.TYPE!r} is not supported; tfdet builds {known}")
     with dtype_policy_scope(cfg):
-        model = builder(cfg, training=training)
+        model = builders[1](cfg) if training else builders[0](cfg)
     return apply_device_map(cfg, keep_float32(cfg, model))

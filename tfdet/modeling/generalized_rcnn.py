@@ -29,18 +29,12 @@ from tfdet.layers.image_info import ImInfo
 from tfdet.modeling.registry import BODIES, BOX_HEADS, KEYPOINT_HEADS, MASK_HEADS
 from tfdet.modeling.roi_heads import add_fast_rcnn_outputs, add_keypoint_outputs, add_mask_rcnn_outputs
 from tfdet.modeling.rpn import add_proposals, add_rpn_head
-from tfdet.modeling.training_graph import build_training_model
+from tfdet.modeling.test_settings import detection_settings, voting_setting
 
 
-def build_generalized_rcnn(cfg, training=False):
-    """The generalized R-CNN of `cfg`; `training` True builds the training graph instead
-    (`tfdet.modeling.training_graph`): the batch dict in, Detectron's loss terms out, with the same
-    Detectron-named layers."""
-    return build_training_model(cfg) if training else _build_inference_model(cfg)
-
-
-def _build_inference_model(cfg):
-    """The inference graph (inputs and outputs in the module docstring)."""
+def build_generalized_rcnn(cfg):
+    """The inference graph of `cfg` (inputs and outputs in the module docstring); its training graph, with the
+    same Detectron-named layers, is `tfdet.modeling.training_graph.build_training_model`."""
     inputs, body, proposals, proposal_scores, num_proposals = add_body_and_proposals(cfg)
     if cfg.MODEL.RPN_ONLY:
         outputs = {"proposals": proposals, "proposal_scores": proposal_scores, "num_proposals": num_proposals}
@@ -48,13 +42,10 @@ def _build_inference_model(cfg):
     box_head, box_outputs = add_box_head(cfg, body, proposals)
     boxes, scores, classes, num_detections = DetectionOutput(
         bbox_reg_weights=cfg.MODEL.BBOX_REG_WEIGHTS,
-        apply_regression=cfg.TEST.BBOX_REG,
         class_agnostic=cfg.MODEL.CLS_AGNOSTIC_BBOX_REG,
         score_threshold=cfg.TEST.SCORE_THRESH,
-        nms_threshold=cfg.TEST.NMS,
-        detections_per_image=cfg.TEST.DETECTIONS_PER_IM,
-        soft_nms=soft_nms_setting(cfg),
         voting=voting_setting(cfg),
+        **detection_settings(cfg),
         name="detections",
     )([proposals, num_proposals, box_outputs.cls_prob, box_outputs.bbox_pred, inputs["image_info"]])
     outputs = {"boxes": boxes, "scores": scores, "classes": classes, "num_detections": num_detections}
@@ -62,21 +53,11 @@ def _build_inference_model(cfg):
     return keras.Model(inputs, outputs, name="generalized_rcnn")
 
 
-def soft_nms_setting(cfg):
-    """TEST.SOFT_NMS as (method, sigma), or None when disabled."""
-    return (cfg.TEST.SOFT_NMS.METHOD, cfg.TEST.SOFT_NMS.SIGMA) if cfg.TEST.SOFT_NMS.ENABLED else None
-
-
-def voting_setting(cfg):
-    """TEST.BBOX_VOTE as (VOTE_TH, SCORING_METHOD), or None when disabled."""
-    return (cfg.TEST.BBOX_VOTE.VOTE_TH, cfg.TEST.BBOX_VOTE.SCORING_METHOD) if cfg.TEST.BBOX_VOTE.ENABLED else None
-
-
 def add_body_and_proposals(cfg):
     """(inputs, body, proposals, proposal_scores, num_proposals): the model inputs, the backbone, and the
     RoIs the box head sees (B, N, 4) in input pixels, with their RPN scores (None for given proposals)."""
     if cfg.MODEL.TYPE != "generalized_rcnn":
-        raise ValueError(f"MODEL.TYPE {cfg.MODEL.TYPE!r} is not supported; tfdet builds 'generalized_rcnn'")
+        raise ValueError(f"the generalized R-CNN's body and proposals, asked for MODEL.TYPE {cfg.MODEL.TYPE!r}")
     inputs = {"images": keras.Input((None, None, 3), name="images"), "image_info": keras.Input((3,), name="image_info")}
     body = BODIES.get(cfg.MODEL.CONV_BODY)(cfg, inputs["images"])
     if cfg.RPN.RPN_ON:

@@ -21,9 +21,9 @@ import numpy as np
 from tfdet.modeling import backbones as _backbones  # noqa: F401
 from tfdet.layers import CaffeConv2D
 from tfdet.layers.retinanet_output import RetinaNetClassProbs, RetinaNetDetections
-from tfdet.modeling.generalized_rcnn import soft_nms_setting
 from tfdet.modeling.registry import BODIES
 from tfdet.modeling.roi_heads.common import caffe2_fill
+from tfdet.modeling.test_settings import detection_settings
 from tfdet.ops.anchors import retinanet_level_anchors
 
 HEAD_STD = 0.01  # GaussianFill std of every RetinaNet head conv
@@ -120,18 +120,9 @@ def add_retinanet_inputs():
     return {"images": keras.Input((None, None, 3), name="images"), "image_info": keras.Input((3,), name="image_info")}
 
 
-def build_retinanet(cfg, training=False):
-    """The RetinaNet of `cfg`; `training` True builds the training graph instead
-    (`tfdet.modeling.retinanet_training`), with the same Detectron-named layers."""
-    if training:
-        from tfdet.modeling.retinanet_training import build_retinanet_training_model
-
-        return build_retinanet_training_model(cfg)
-    return _build_inference_model(cfg)
-
-
-def _build_inference_model(cfg):
-    """The inference graph: body, heads, class probabilities and test_retinanet's post-processing."""
+def build_retinanet(cfg):
+    """The inference graph of `cfg`: body, heads, class probabilities and test_retinanet's post-processing. Its
+    training graph, with the same Detectron-named layers, is `tfdet.modeling.retinanet_training`'s."""
     if cfg.RETINANET.CLASS_SPECIFIC_BBOX:
         raise ValueError(
             "RETINANET.CLASS_SPECIFIC_BBOX True: Detectron's test_retinanet cannot decode class-specific boxes, "
@@ -152,12 +143,9 @@ def _build_inference_model(cfg):
         num_classes=cfg.MODEL.NUM_CLASSES,
         inference_threshold=cfg.RETINANET.INFERENCE_TH,
         pre_nms_top_n=cfg.RETINANET.PRE_NMS_TOP_N,
-        nms_threshold=cfg.TEST.NMS,
-        detections_per_image=cfg.TEST.DETECTIONS_PER_IM,
         softmax=cfg.RETINANET.SOFTMAX,
-        apply_regression=cfg.TEST.BBOX_REG,
-        soft_nms=soft_nms_setting(cfg),
         name="detections",
+        **detection_settings(cfg),
     )([*probs, *(bbox_pred for _, bbox_pred in heads.values()), inputs["image_info"]])
     outputs = {"boxes": boxes, "scores": scores, "classes": classes, "num_detections": num_detections}
     return keras.Model(inputs, outputs, name="retinanet")

@@ -18,7 +18,7 @@ from tfdet.layers.retinanet_training_targets import RetinaNetLosses
 from tfdet.layers.training_targets import GroundTruthValid
 from tfdet.modeling.registry import BODIES
 from tfdet.modeling.retinanet import add_retinanet_heads, retinanet_cell_anchors, retinanet_levels
-from tfdet.modeling.training_graph import training_inputs
+from tfdet.modeling.training_inputs import training_inputs
 from tfdet.ops.retinanet_targets import field_size
 
 

@@ -46,13 +46,13 @@ from tfdet.modeling.detectron_names import model_blobs
 from tfdet.modeling.domain_adaptation import (
     add_domain_adaptation_losses,
     check_domain_adaptation,
-    domain_inputs,
     source_images_only,
     source_roi_labels,
 )
 from tfdet.modeling.registry import BODIES, BOX_HEADS, KEYPOINT_HEADS, MASK_HEADS
 from tfdet.modeling.roi_heads import add_fast_rcnn_outputs, add_keypoint_outputs, add_mask_rcnn_outputs
 from tfdet.modeling.rpn import add_proposals, add_rpn_head, rpn_levels
+from tfdet.modeling.training_inputs import training_inputs
 
 LOSS_PREFIX = "loss_"
 
@@ -62,29 +62,12 @@ def loss_terms(outputs):
     return {name: value for name, value in outputs.items() if name.startswith(LOSS_PREFIX)}
 
 
-def training_inputs(cfg):
-    """The keras.Input dict of the training model (see the module docstring)."""
-    inputs = {
-        "images": keras.Input((None, None, 3), name="images"),
-        "image_info": keras.Input((3,), name="image_info"),
-        "gt_boxes": keras.Input((None, 4), name="gt_boxes"),
-        "gt_classes": keras.Input((None,), dtype="int32", name="gt_classes"),
-        "gt_is_crowd": keras.Input((None,), dtype="bool", name="gt_is_crowd"),
-        "num_gt": keras.Input((), dtype="int32", name="num_gt"),
-        "seeds": keras.Input((2,), dtype="int64", name="seeds"),
-    }
-    if cfg.MODEL.MASK_ON:
-        inputs["gt_masks"] = keras.Input((None, None, None), dtype="uint8", name="gt_masks")
-    if cfg.MODEL.KEYPOINTS_ON:
-        inputs["gt_keypoints"] = keras.Input((None, cfg.KRCNN.NUM_KEYPOINTS, 3), name="gt_keypoints")
-    if cfg.MODEL.DOMAIN_ADAPTATION_ON:
-        inputs.update(domain_inputs())
-    return inputs
-
-
 def _check_trainable(cfg):
     if cfg.MODEL.TYPE != "generalized_rcnn":
-        raise ValueError(f"MODEL.TYPE {cfg.MODEL.TYPE!r} is not supported; tfdet builds 'generalized_rcnn'")
+        raise ValueError(
+            f"build_training_model builds generalized_rcnn training graphs, not MODEL.TYPE {cfg.MODEL.TYPE!r}: "
+            "use tfdet.modeling.build_model(cfg, training=True)"
+        )
     if not cfg.RPN.RPN_ON:
         raise NotImplementedError(
             "Training needs an RPN (MODEL.FASTER_RCNN or MODEL.RPN_ONLY); Fast R-CNN training on precomputed "
