@@ -16,9 +16,9 @@ from test_dataset_converters import run as convert, write_gtfine, write_kitti, w
 from conftest import REPO_ROOT
 from tfdet.config import load_config
 from tfdet.config.errors import ConfigError
-from tfdet.config.maskrcnn_benchmark_defaults import FORK_DEFAULTS
-from tfdet.config.maskrcnn_benchmark_rules import IGNORED, MAPPED, REFUSED, RULES
-from tfdet.config.maskrcnn_benchmark_yaml import translate
+from tfdet.config.maskrcnn_benchmark.defaults import FORK_DEFAULTS
+from tfdet.config.maskrcnn_benchmark.rules import IGNORED, MAPPED, REFUSED, RULES
+from tfdet.config.maskrcnn_benchmark.translation import translate
 from tfdet.engine.lr_schedule import lr_at_iter
 
 _COMMON = """MODEL:

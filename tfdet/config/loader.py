@@ -10,8 +10,8 @@ from tfdet.config.config_node import Config
 from tfdet.config.decoding import decode_mapping_value, decode_override_text
 from tfdet.config.defaults import default_tree
 from tfdet.config.errors import ConfigError, ConfigWarning
-from tfdet.config.maskrcnn_benchmark_defaults import is_maskrcnn_benchmark_config
-from tfdet.config.maskrcnn_benchmark_yaml import translate_file
+from tfdet.config.maskrcnn_benchmark.defaults import is_maskrcnn_benchmark_config
+from tfdet.config.maskrcnn_benchmark.translation import translate_file
 from tfdet.config.renamed_keys import DEPRECATED_KEYS, RENAMED_KEYS, renamed_value
 from tfdet.config.schema import MAPPING_RULES
 from tfdet.config.suggestions import unknown_key_message
@@ -31,7 +31,7 @@ def load_config(path: str | os.PathLike | Mapping | None = None, overrides: Over
     YAML literal, else a Python literal such as "(800,)", else kept as text) or a dict with nested
     sections or dotted keys. Detectron's renamed keys and legacy function names are accepted with a
     ConfigWarning; its deprecated keys are ignored with one. A maskrcnn-benchmark / DA-fork YAML is
-    translated first, with a report on stderr (`tfdet.config.maskrcnn_benchmark_yaml`).
+    translated first, with a report on stderr (`tfdet.config.maskrcnn_benchmark.translation`).
     """
     cfg = get_default_config()
     mapping = path if isinstance(path, Mapping) or path is None else _read_yaml_mapping(path)

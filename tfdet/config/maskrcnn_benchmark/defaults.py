@@ -1,7 +1,7 @@
 """The config keys and defaults of krumo's DA fork of maskrcnn-benchmark (`maskrcnn_benchmark/config/defaults.py`).
 
 A fork YAML is merged over these defaults before it is translated into our Detectron config
-(`tfdet.config.maskrcnn_benchmark_yaml`): a key the file leaves out still acts with the fork's default.
+(`tfdet.config.maskrcnn_benchmark.translation`): a key the file leaves out still acts with the fork's default.
 Values are the fork's, spelled as plain Python (`(1.0 / 16,)` as 0.0625); `PATHS_CATALOG`, an absolute path
 inside the fork's package, is None here. Nothing in this module imports TensorFlow.
 """

@@ -1,7 +1,7 @@
 """A maskrcnn-benchmark / DA-fork YAML (krumo's Domain-Adaptive-Faster-RCNN-PyTorch) as our Detectron config.
 
 `load_config(path)` hands a fork YAML here (`is_maskrcnn_benchmark_config`): the file is merged over the
-fork's defaults (`maskrcnn_benchmark_defaults`), as the fork's `cfg.merge_from_file` does, and every key of
+fork's defaults (`maskrcnn_benchmark.defaults`), as the fork's `cfg.merge_from_file` does, and every key of
 the result gets one outcome, written on stderr for the keys the file (or an override) sets:
 
 * mapped: the Detectron keys that act as the fork's key does (units converted, said on the line);
@@ -12,7 +12,7 @@ the result gets one outcome, written on stderr for the keys the file (or an over
 Overrides (`KEY VALUE` after the file) that name a fork key act on the fork's config before translation,
 as on the fork's own command line; other keys (Detectron's, TFDET.*) act on the translated config.
 
-What each key does is `maskrcnn_benchmark_rules.RULES`.
+What each key does is `maskrcnn_benchmark.rules.RULES`.
 """
 
 import dataclasses
@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from tfdet.config.decoding import decode_mapping_value, decode_override_text
 from tfdet.config.defaults import KEY_DOCS
 from tfdet.config.errors import ConfigError
-from tfdet.config.maskrcnn_benchmark_defaults import FORK_DEFAULT_VALUES
-from tfdet.config.maskrcnn_benchmark_rules import IGNORED, REFUSED, RULES, ForkConfig, refused
+from tfdet.config.maskrcnn_benchmark.defaults import FORK_DEFAULT_VALUES
+from tfdet.config.maskrcnn_benchmark.rules import IGNORED, REFUSED, RULES, ForkConfig, refused
 from tfdet.config.suggestions import did_you_mean, similar_keys
 
 

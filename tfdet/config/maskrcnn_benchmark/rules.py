@@ -1,5 +1,5 @@
 """How each key of the DA fork's config acts in our Detectron config: RULES, one `rule(value, fork) -> Outcome`
-per key of `maskrcnn_benchmark_defaults.FORK_DEFAULTS`.
+per key of `maskrcnn_benchmark.defaults.FORK_DEFAULTS`.
 
 Read from the fork's source (krumo/Domain-Adaptive-Faster-RCNN-PyTorch, maskrcnn-benchmark e60f4ec): its
 `config/defaults.py`, `paths_catalog.py`, the modules that read each key, and the train loops of
@@ -15,7 +15,7 @@ box head or R-{50,101,152}-FPN with the 2-MLP head. Outcomes:
 
 import dataclasses
 
-from tfdet.config.maskrcnn_benchmark_defaults import FORK_DEFAULTS
+from tfdet.config.maskrcnn_benchmark.defaults import FORK_DEFAULTS
 from tfdet.download import CATALOG_PREFIX, DownloadError, catalog_url
 
 MAPPED, IGNORED, REFUSED = "mapped", "ignored", "refused"
