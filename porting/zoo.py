@@ -53,5 +53,11 @@ def ported_zoo_model(name) -> pathlib.Path:
     return folder
 
 
+def ported_zoo_files(name):
+    """(config.yaml, model.weights.h5) paths of zoo model `name`, ported now unless cached (`ported_zoo_model`)."""
+    folder = ported_zoo_model(name)
+    return str(folder / "config.yaml"), str(folder / "model.weights.h5")
+
+
 def _complete(folder):
     return all((folder / file).is_file() for file in PORTED_FILES)

@@ -109,10 +109,11 @@ def detectron_path(url) -> str:
 def catalog_url(name) -> str:
     """The Detectron URL of a maskrcnn-benchmark ModelCatalog name (`catalog://` optional), as its ModelCatalog.get."""
     entry = name.removeprefix(CATALOG_PREFIX)
-    if entry.startswith("ImageNetPretrained/") and entry[len("ImageNetPretrained/") :] in IMAGENET_CATALOG:
-        return f"{DETECTRON_BASE_URL}/{IMAGENET_CATALOG[entry[len('ImageNetPretrained/'):]]}"
-    if entry.startswith("Caffe2Detectron/COCO/") and entry[len("Caffe2Detectron/COCO/") :] in C2_DETECTRON_CATALOG:
-        model = entry[len("Caffe2Detectron/COCO/") :]
+    imagenet = entry.removeprefix("ImageNetPretrained/")
+    if imagenet != entry and imagenet in IMAGENET_CATALOG:
+        return f"{DETECTRON_BASE_URL}/{IMAGENET_CATALOG[imagenet]}"
+    model = entry.removeprefix("Caffe2Detectron/COCO/")
+    if model != entry and model in C2_DETECTRON_CATALOG:
         model_id, config_name = model.split("/")
         suffix = _C2_DETECTRON_SUFFIX.format("keypoints_" if "keypoint" in model else "")
         run = f"{config_name}.yaml.{C2_DETECTRON_CATALOG[model]}"

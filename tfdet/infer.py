@@ -310,20 +310,14 @@ def _execute(args, predictor, inputs, categories):
     return 1 if log.failures else 0
 
 
-def zoo_model_files(name):
-    """(config.yaml, model.weights.h5) of Detectron zoo model `name`, ported once into $TFDET_CACHE/zoo/NAME."""
-    from porting.zoo import ported_zoo_model  # porting builds on tfdet: imported only for --zoo
-
-    folder = ported_zoo_model(name)
-    return str(folder / "config.yaml"), str(folder / "model.weights.h5")
-
-
 def main(argv=None):
     """The command line: parse, check, build the model (a Detectron .pkl is ported on load), run."""
     args = parse_args(argv)
     try:
         if args.zoo is not None:
-            args.cfg, args.weights = zoo_model_files(args.zoo)
+            from porting.zoo import ported_zoo_files  # porting builds on tfdet: imported only for --zoo
+
+            args.cfg, args.weights = ported_zoo_files(args.zoo)
         cfg = load_config(args.cfg, args.opts)
         check_supported(cfg, "inference")  # before the weights: a refused key is the config's problem
         args.weights = resolve_weights(args.weights, cfg.DOWNLOAD_CACHE)  # a URL: the checked download

@@ -30,6 +30,7 @@ class Predictor:
         if weights is None:
             self.model = build_model(self.cfg)
         else:
+            weights = resolve_weights(weights, self.cfg.DOWNLOAD_CACHE)  # once: the classes are read from it too
             with placeholder_initialization():  # every weight comes from the file
                 self.model = build_model(self.cfg)
             load_weights(self.model, self.cfg, weights)
@@ -63,10 +64,9 @@ class Predictor:
     def from_zoo(cls, name):
         """A Predictor of Detectron zoo model `name` (`python -m porting zoo --list` lists them), downloaded and
         ported once into $TFDET_CACHE/zoo/NAME/ (model.weights.h5, config.yaml) and loaded from there after."""
-        from porting.zoo import ported_zoo_model  # porting builds on tfdet: imported only here
+        from porting.zoo import ported_zoo_files  # porting builds on tfdet: imported only here
 
-        folder = ported_zoo_model(name)
-        return cls(str(folder / "config.yaml"), str(folder / "model.weights.h5"))
+        return cls(*ported_zoo_files(name))
 
     def predict(self, image):
         """Detections of one image, or a list of results for a list of images (sizes may differ).

@@ -33,7 +33,8 @@ from tfdet.config.errors import ConfigError
 from tfdet.config.support import check_supported
 from tfdet.data.domain_pipeline import distributed_domain_dataset_fn
 from tfdet.data.domain_pipeline import target_roidb as configured_target_roidb
-from tfdet.data.model_labels import read_model_categories, roidb_categories, weights_categories, write_model_categories
+from tfdet.data.coco_classes import model_categories
+from tfdet.data.model_labels import read_model_categories, roidb_categories, write_model_categories
 from tfdet.data.pipeline import distributed_dataset_fn
 from tfdet.data.roidb import training_roidb
 from tfdet.download import resolve_weights
@@ -134,7 +135,7 @@ def weights_file_model(cfg, path):
             f"TRAIN.WEIGHTS {path}: its weights do not fit the model of {built_from} ({keras_message}); "
             f"put the config.yaml of the model it holds beside it"
         ) from None
-    names = weights_categories(source_cfg.MODEL.NUM_CLASSES, source_cfg.MODEL.KEYPOINTS_ON, path).names
+    names = model_categories(source_cfg.MODEL.NUM_CLASSES, source_cfg.MODEL.KEYPOINTS_ON, stored=stored).names
     return source, names
 
 
