@@ -30,7 +30,7 @@ from savedmodel.label_map import LABELS_FILE
 from savedmodel.outputs import MASK_FORMATS
 from tfdet.config.support import check_supported
 from tfdet.console import add_verbose_flag
-from tfdet.download import resolve_weights
+from tfdet.weights_file import load_weights, weights_file
 
 
 class ExportError(Exception):
@@ -60,15 +60,15 @@ def export_saved_model(cfg, weights, out, mask_format="image", overwrite=False, 
     out = version_directory(out)
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists; pass --overwrite to replace that version")
-    weights = resolve_weights(weights, cfg.DOWNLOAD_CACHE)  # a URL or catalog:// name: the checked download
-    if not pathlib.Path(weights).is_file():
-        raise ExportError(f"weights file not found: {weights}")
+    try:
+        weights = weights_file(weights, cfg.DOWNLOAD_CACHE).path  # a URL or catalog:// name: the checked download
+    except FileNotFoundError as error:
+        raise ExportError(str(error)) from None
     import tensorflow as tf
 
     from savedmodel.label_map import write_label_map
     from savedmodel.signatures import DetectionServingModule
     from tfdet.data.model_labels import weights_categories
-    from tfdet.inference import load_weights
     from tfdet.layers import placeholder_initialization
     from tfdet.modeling import build_model
 

@@ -14,7 +14,6 @@ import tensorflow as tf
 
 from tfdet.config import load_config
 from tfdet.engine.checkpoint import (
-    FINAL_WEIGHTS,
     NonFiniteLossError,
     TrainingCheckpointer,
     check_finite_losses,
@@ -176,18 +175,6 @@ def test_keeps_the_last_n_checkpoints(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("*.index")) == ["model_iter-2.index", "model_iter-3.index"]
 
 
-def test_final_weights_load_into_a_fresh_model(tmp_path):
-    model, optimizer = make_model_and_optimizer(seed=0)
-    saver = TrainingCheckpointer(tmp_path, model, optimizer)
-    assert not saver.has_final_weights()
-    assert saver.save_final_weights() == str(tmp_path / FINAL_WEIGHTS)
-    assert saver.has_final_weights() and sorted(p.name for p in tmp_path.iterdir()) == [FINAL_WEIGHTS]
-    fresh, _ = make_model_and_optimizer(seed=1)
-    fresh.load_weights(tmp_path / FINAL_WEIGHTS)
-    for got, want in zip(fresh.weights, model.weights):
-        np.testing.assert_array_equal(got.numpy(), want.numpy())
-
-
 def test_non_finite_losses_raise_naming_iteration_and_terms():
     check_finite_losses({"loss_cls": 0.5, "loss_bbox": np.float32(0.1)}, 7)
     with pytest.raises(NonFiniteLossError) as error:
@@ -207,8 +194,6 @@ def test_no_checkpoint_of_non_finite_weights(tmp_path):
     optimizer.iterations.assign(2)
     with pytest.raises(NonFiniteLossError, match="Not saving at iteration 2: non-finite values in fc6/kernel"):
         saver.save()
-    with pytest.raises(NonFiniteLossError):
-        saver.save_final_weights()
     assert sorted(p.name for p in tmp_path.iterdir()) == files
     assert saver.manager.latest_checkpoint == str(tmp_path / "model_iter-1")
 

@@ -33,7 +33,7 @@ from tfdet.data.model_labels import (
     write_model_categories,
 )
 from tfdet.data.roidb import load_coco_roidb
-from tfdet.engine.trainer import export_final_weights
+from tfdet.engine.weights import export_final_weights
 from tfdet.modeling import build_model
 from training_fixtures import TINY_CONFIG
 

@@ -31,7 +31,8 @@ REFUSED_SAMPLES = {
     "EXPECTED_RESULTS": [["shapes_val", "box", "AP", 0.5]],
 }
 
-# A refused value of every key with limits, and the datasets evaluated (TEST.FORCE_JSON_DATASET_EVAL).
+# A refused value of every key with limits, and the datasets evaluated (TEST.FORCE_JSON_DATASET_EVAL); a list
+# where the key's limits refuse different values.
 LIMIT_SAMPLES = {
     "TEST.FORCE_JSON_DATASET_EVAL": (False, ("voc_2007_test",)),
     "TEST.BBOX_AUG.ENABLED": (True, ()),
@@ -49,7 +50,11 @@ LIMIT_SAMPLES = {
     "MODEL.MASK_ON": (True, ()),
     "MODEL.KEYPOINTS_ON": (True, ()),
     "MODEL.CONV_BODY": ("VGG16.add_VGG16_conv5_body", ()),
-    "MODEL.FASTER_RCNN": (False, ()),
+    "MODEL.FASTER_RCNN": [(False, ()), (True, ())],
+    "TRAIN.FREEZE_CONV_BODY": (True, ()),
+    "FPN.FPN_ON": (False, ()),
+    "FPN.COARSEST_STRIDE": (48, ()),
+    "MODEL.DOMAIN_ADAPTATION_ON": (True, ()),
     "MODEL.RPN_ONLY": (True, ()),
     "FAST_RCNN.ROI_BOX_HEAD": ("VGG16.add_VGG16_roi_fc_head", ()),
     "FAST_RCNN.ROI_XFORM_METHOD": ("RoIPoolF", ()),
@@ -149,14 +154,20 @@ def test_refused_keys_are_refused_for_their_uses_only(key):
     assert not any(named(refusal(cfg, use), key) for use in USES)
 
 
+def limit_samples(key):
+    """[(value, datasets)] of LIMIT_SAMPLES[key]."""
+    samples = LIMIT_SAMPLES[key]
+    return samples if isinstance(samples, list) else [samples]
+
+
 @pytest.mark.parametrize("key", sorted(LIMIT_SAMPLES))
 def test_limits_refuse_what_tfdet_does_not_implement(key):
-    value, datasets = LIMIT_SAMPLES[key]
     for limit in SUPPORT[key].limits:
-        cfg = tiny(*with_conditions(key, limit, value))
-        for use in limit.uses:
-            message = refusal(cfg, use, datasets)
-            assert named(message, key) and limit.fix in message, (use, message)
+        refused_for_every_use = []
+        for value, datasets in limit_samples(key):
+            messages = [refusal(tiny(*with_conditions(key, limit, value)), use, datasets) for use in limit.uses]
+            refused_for_every_use.append(all(named(m, key) and limit.fix in m for m in messages))
+        assert any(refused_for_every_use), (key, limit.reason)
 
 
 def test_every_limit_has_a_sample():
@@ -265,11 +276,24 @@ def test_train_refuses_before_building_with_exit_status_1(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def split(tmp_path_factory):
-    """(annotation json, image folder) of 3 shapes images of 96 x 96."""
+    """(annotation json, image folder) of 3 shapes images of 96 x 96; beside them the weights stand-ins: empty
+    HDF5 files named as weights (FakePredictor loads nothing), tiny.weights.h5 and tiny_da.weights.h5."""
+    import h5py
+
     from tfdet.data import shapes
 
     out = tmp_path_factory.mktemp("split")
+    for name in STAND_INS:
+        h5py.File(out / name, "w").close()
     return shapes.generate(out, 3, seed=5, image_size=96, split_name="tiny"), out / "tiny"
+
+
+STAND_INS = ("tiny.weights.h5", "tiny_da.weights.h5")
+
+
+def stand_in(split, name):
+    """The path of weights stand-in `name` (one of STAND_INS) of the `split` fixture."""
+    return str(pathlib.Path(split[0]).parent / name)
 
 
 def test_evaluate_refuses_with_exit_status_1(split, tmp_path, capsys):
@@ -326,13 +350,14 @@ def evaluate(split, output, *overrides, weights=True):
 
     json_path, image_dir = split
     args = ["--cfg", str(TINY), "--annotations", str(json_path), "--images", str(image_dir), "--output", str(output)]
-    return main(args + ["--weights", str(TINY)] * weights + list(overrides))
+    return main(args + ["--weights", stand_in(split, "tiny.weights.h5")] * weights + list(overrides))
 
 
 def test_evaluate_reads_test_weights(split, tmp_path, fake_predictor, capsys):
-    assert evaluate(split, tmp_path, "TEST.WEIGHTS", str(TINY_DA), weights=False) == 0
-    assert evaluate(split, tmp_path, "TEST.WEIGHTS", str(TINY_DA)) == 0  # --weights wins, as train_net's final test
-    assert fake_predictor.weights == [str(TINY_DA), str(TINY)]
+    tiny_weights, da_weights = (stand_in(split, name) for name in STAND_INS)
+    assert evaluate(split, tmp_path, "TEST.WEIGHTS", da_weights, weights=False) == 0
+    assert evaluate(split, tmp_path, "TEST.WEIGHTS", da_weights) == 0  # --weights wins, as train_net's final test
+    assert fake_predictor.weights == [da_weights, tiny_weights]
     capsys.readouterr()
     # Detectron's URLs are downloaded (tests/test_download.py); others, as in Detectron, are refused in one line
     assert evaluate(split, tmp_path, "TEST.WEIGHTS", "https://example.com/model.pkl", weights=False) == 2
@@ -345,7 +370,7 @@ def test_evaluate_runs_every_test_dataset(split, tmp_path, fake_predictor, monke
 
     json_path, image_dir = split
     monkeypatch.setattr(tfdet.evaluate, "get_dataset", lambda name: DatasetSpec(name, image_dir, json_path))
-    args = ["--cfg", str(TINY), "--weights", str(TINY), "--output", str(tmp_path)]
+    args = ["--cfg", str(TINY), "--weights", stand_in(split, "tiny.weights.h5"), "--output", str(tmp_path)]
     datasets = ["TEST.DATASETS", "('a', 'b')"]
     assert tfdet.evaluate.main([*args, *datasets]) == 0
     assert {path.name for path in tmp_path.glob("metrics_*.json")} == {"metrics_a.json", "metrics_b.json"}
@@ -378,7 +403,7 @@ def test_vis_writes_detectron_pictures(split, tmp_path, fake_predictor):
 
 def test_copy_weights_copies_the_initial_weights_file(tmp_path):
     from tfdet.engine.checkpoint import FINAL_WEIGHTS
-    from tfdet.engine.trainer import copy_initial_weights
+    from tfdet.engine.weights import copy_initial_weights
 
     weights = tmp_path / "init" / "R-50.pkl"
     weights.parent.mkdir()

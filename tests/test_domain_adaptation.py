@@ -16,7 +16,7 @@ from tfdet.config import load_config
 from tfdet.data import catalog, shapes
 from tfdet.data.domain_pipeline import build_domain_dataset, target_image_records, target_roidb
 from tfdet.data.roidb import Roidb
-from tfdet.engine.trainer import load_initial_weights
+from tfdet.engine.weights import load_initial_weights
 from tfdet.layers.domain_classifiers import (
     DomainConsistencyLoss,
     ImageDomainAccuracy,
@@ -31,7 +31,8 @@ from tfdet.layers.gradient_reversal import GradientReversal, GradientScale
 from tfdet.modeling import build_model
 from tfdet.modeling.detectron_names import model_blobs
 from tfdet.modeling.domain_adaptation import is_domain_classifier_blob
-from tfdet.modeling.training_graph import copy_weights_by_blob_name, loss_terms
+from tfdet.modeling.blob_transfer import copy_weights_by_blob_name
+from tfdet.modeling.training_graph import loss_terms
 
 DA_CONFIG = REPO_ROOT / "configs" / "shapes_tiny_da_faster.yaml"
 DETECTION_LOSSES = ("loss_rpn_cls", "loss_rpn_bbox", "loss_cls", "loss_bbox")

@@ -35,7 +35,8 @@ def test_train_weights_url_downloads_once_then_only_rechecks_its_md5(detectron_m
     """TRAIN.WEIGHTS as a Detectron URL: Trainer.initialize downloads it (md5sum, then the file), caches it in
     Detectron's layout with its md5sum, and loads it; a later use (TRAIN.COPY_WEIGHTS) asks for the md5sum only."""
     from porting.detectron_writer import model_to_blobs, write_detectron_pkl
-    from tfdet.engine.trainer import Trainer, copy_initial_weights
+    from tfdet.engine.trainer import Trainer
+    from tfdet.engine.weights import copy_initial_weights
     from tfdet.modeling.detectron_names import detectron_inventory
 
     url = "https://dl.fbaipublicfiles.com/detectron/ImageNetPretrained/tiny/R-tiny.pkl"
@@ -187,9 +188,9 @@ def test_every_weights_argument_downloads_detectron_urls(command, tmp_path, monk
 
 
 def test_predictor_weights_download_detectron_urls(tmp_path, monkeypatch):
-    """Predictor(cfg, weights=URL) and savedmodel.export load through tfdet.inference.load_weights, which hands a
+    """Predictor(cfg, weights=URL) and savedmodel.export load through tfdet.weights_file.load_weights, which hands a
     URL to tfdet.download before it touches the model (here nothing answers: the one-line DownloadError)."""
-    from tfdet.inference import load_weights
+    from tfdet.weights_file import load_weights
 
     offline = unused_loopback_url()
     monkeypatch.setenv("TFDET_DETECTRON_URL", offline)
@@ -235,7 +236,7 @@ def test_detectron_bases_old_and_new_name_the_same_file_and_other_urls_are_refus
 def test_download_cache_key_moves_the_cache(detectron_mirror, tmp_path):
     """DOWNLOAD_CACHE, as Detectron's core/config.py cache_cfg_urls: a config's URLs are cached below it; its
     default, Detectron's /tmp/detectron-download-cache, means tfdet's cache ($TFDET_CACHE/detectron)."""
-    from tfdet.engine.trainer import copy_initial_weights
+    from tfdet.engine.weights import copy_initial_weights
 
     url = detectron_mirror.add(R50, PAYLOAD)
     moved = tiny_cfg("TRAIN.WEIGHTS", url, "TRAIN.COPY_WEIGHTS", "True", "DOWNLOAD_CACHE", str(tmp_path / "dc"))

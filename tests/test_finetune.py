@@ -22,7 +22,8 @@ from tfdet.config import load_config
 from tfdet.data.coco_classes import COCO_CATEGORY_IDS, COCO_CLASSES, ModelCategories
 from tfdet.data.model_labels import write_model_categories
 from tfdet.data.roidb import Roidb
-from tfdet.engine.trainer import Trainer, load_initial_weights
+from tfdet.engine.trainer import Trainer
+from tfdet.engine.weights import load_initial_weights
 from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
 from tfdet.modeling.class_transfer import ClassTransfer, count_layouts
@@ -180,7 +181,7 @@ def test_detectron_pkl_81_to_6_classes(rcnn_source, caplog):
     model = build_model(cfg, training=True)
     built = caffe2_values(model, cfg.MRCNN.ROI_MASK_HEAD)
     check_detectron_initialisation(built, cfg)
-    with caplog.at_level(logging.INFO, logger="tfdet.engine.trainer"):
+    with caplog.at_level(logging.INFO, logger="tfdet.engine.weights"):
         load_initial_weights(model, cfg, str(directory / "model.pkl"), MODEL_NAMES)
     lines = transfer_lines(caplog)
     loaded = caffe2_values(model, cfg.MRCNN.ROI_MASK_HEAD)
@@ -196,7 +197,7 @@ def test_weights_h5_81_to_6_classes_through_the_trainer(rcnn_source, tmp_path, c
     roidb = Roidb([], (1, 2, 3, 4, 5), MODEL_NAMES, ("a", "b", "c"), (), 0)
     trainer = Trainer(cfg, roidb=roidb)
     built = caffe2_values(trainer.model, cfg.MRCNN.ROI_MASK_HEAD)
-    with caplog.at_level(logging.INFO, logger="tfdet.engine.trainer"):
+    with caplog.at_level(logging.INFO, logger="tfdet.engine.weights"):
         assert trainer.initialize() == 0
     lines = transfer_lines(caplog)
     assert all(line.startswith(f"TRAIN.WEIGHTS {cfg.TRAIN.WEIGHTS}: re-initialised ") for line in lines)
@@ -291,7 +292,7 @@ def test_retinanet_copies_class_channels_of_every_anchor(tmp_path, caplog):
     # the .pkl leaves the built values in the channels it does not copy: the .h5 must give the same result
     for path in (tmp_path / "model.pkl", tmp_path / "h5" / "model_final.weights.h5"):
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="tfdet.engine.trainer"):
+        with caplog.at_level(logging.INFO, logger="tfdet.engine.weights"):
             load_initial_weights(model, cfg, str(path), MODEL_NAMES)
         lines = transfer_lines(caplog)
         expected_rows = retinanet_expected_rows(anchors, 81, 6)

@@ -339,7 +339,7 @@ def test_main_reports_a_missing_input_in_one_line(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == f"error: {tmp_path / 'nothing.jpg'}: no such file or folder"
     photo = str(demo_photos()[0])
     assert main(["--cfg", str(shared_path(*MASK_CFG)), "--wts", str(tmp_path / "w.pkl"), photo]) == 2
-    assert capsys.readouterr().err.strip() == f"error: {tmp_path / 'w.pkl'}: no such weights file"
+    assert capsys.readouterr().err.strip() == f"error: weights file not found: {tmp_path / 'w.pkl'}"
 
 
 def test_pdf_picture_holds_the_image(tmp_path, rng):

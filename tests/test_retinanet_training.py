@@ -15,7 +15,7 @@ import tensorflow as tf
 from training_fixtures import REPO_ROOT, first_batch, shapes_images, shapes_roidb, weights_by_blob
 
 import numpy_retinanet_training as ref
-from tfdet.config import load_config
+from tfdet.config import check_supported, load_config
 from tfdet.config.errors import ConfigError
 from tfdet.engine.strategy import build_strategy
 from tfdet.engine.trainer import Trainer
@@ -23,7 +23,8 @@ from tfdet.modeling import build_model
 from tfdet.modeling.registry import BODIES
 from tfdet.layers.retinanet_output import RetinaNetDetections
 from tfdet.modeling.retinanet import add_retinanet_heads, retinanet_cell_anchors, retinanet_levels
-from tfdet.modeling.training_graph import copy_weights_by_blob_name, loss_terms
+from tfdet.modeling.blob_transfer import copy_weights_by_blob_name
+from tfdet.modeling.training_graph import loss_terms
 from tfdet.ops.retinanet_targets import (
     FieldLevel,
     crop_to_feature_maps,
@@ -141,11 +142,24 @@ def test_targets_decoded_by_the_inference_layer_give_back_the_ground_truth(roidb
                                       batch["gt_classes"][i, :n].numpy()[order])
 
 
-def test_config_values_detectron_would_not_train_are_refused():
-    with pytest.raises(ConfigError) as error:
-        build_model(retinanet_cfg("FPN.COARSEST_STRIDE", "32", "TRAIN.FREEZE_CONV_BODY", "True"), training=True)
+def test_config_values_detectron_would_not_train_are_refused(roidb):
+    with pytest.raises(ConfigError) as error:  # the Trainer checks before it builds anything
+        Trainer(retinanet_cfg("FPN.COARSEST_STRIDE", "32", "TRAIN.FREEZE_CONV_BODY", "True"), roidb=roidb)
     lines = str(error.value).splitlines()
-    assert [line.split(" ")[0] for line in lines] == ["FPN.COARSEST_STRIDE", "TRAIN.FREEZE_CONV_BODY"]
+    assert [line.split(" ")[0] for line in lines] == ["TRAIN.FREEZE_CONV_BODY", "FPN.COARSEST_STRIDE"]
+    # Each rule alone, through config.support (the one place rules live), for training only.
+    for override in (("MODEL.FASTER_RCNN", "True"), ("MODEL.RPN_ONLY", "True"), ("FPN.FPN_ON", "False"),
+                     ("MODEL.DOMAIN_ADAPTATION_ON", "True"), ("FPN.COARSEST_STRIDE", "96"),
+                     ("FPN.RPN_MAX_LEVEL", "7")):  # fmt: skip
+        cfg = retinanet_cfg(*override)
+        with pytest.raises(ConfigError) as error:
+            check_supported(cfg, "training")
+        assert len(str(error.value).splitlines()) == 1
+        assert str(error.value).startswith("FPN.COARSEST_STRIDE = 64: " if override[0] == "FPN.RPN_MAX_LEVEL"
+                                           else f"{override[0]} = {override[1]}: ")
+    check_supported(retinanet_cfg("FPN.COARSEST_STRIDE", "128"), "training")  # the shapes config's level 6
+    check_supported(retinanet_cfg("FPN.COARSEST_STRIDE", "128", "FPN.RPN_MAX_LEVEL", "7"), "training")
+    check_supported(retinanet_cfg("FPN.COARSEST_STRIDE", "32", "TRAIN.FREEZE_CONV_BODY", "True"), "inference")
 
 
 # A few iterations on 2 images (one batch, no flips) at a constant LR: the loss on that batch falls.

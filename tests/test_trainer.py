@@ -27,7 +27,8 @@ from tfdet.data.roidb import load_coco_roidb
 from tfdet.engine.checkpoint import TrainingCheckpointer
 from tfdet.engine.optimizer import build_optimizer
 from tfdet.engine.strategy import build_strategy
-from tfdet.engine.trainer import Trainer, export_final_weights, image_seeds, load_initial_weights
+from tfdet.engine.trainer import Trainer, image_seeds
+from tfdet.engine.weights import export_final_weights, load_initial_weights
 from tfdet.evaluate import predict_dataset
 from tfdet.evaluation import evaluate_results, load_coco
 from tfdet.modeling import build_model

@@ -10,13 +10,14 @@ import tensorflow as tf
 from training_fixtures import first_batch, shapes_roidb, tiny_cfg
 
 from tfdet.config import load_config
-from tfdet.engine.trainer import export_final_weights
+from tfdet.engine.weights import export_final_weights
 from tfdet.inference import Predictor
 from tfdet.layers.training_targets import CollectProposals, RPNLosses, SampleRoIs, mask_boxes
 from tfdet.modeling import build_model
 from tfdet.modeling.detectron_names import model_blobs
 from tfdet.modeling.rpn import rpn_levels
-from tfdet.modeling.training_graph import copy_weights_by_blob_name, loss_terms
+from tfdet.modeling.blob_transfer import copy_weights_by_blob_name
+from tfdet.modeling.training_graph import loss_terms
 
 MASK_HEAD = "mask_rcnn_heads.mask_rcnn_fcn_head_v1up4convs_gn"
 EXPECTED_OUTPUTS = {"loss_rpn_cls", "loss_rpn_bbox", "loss_cls", "loss_bbox", "accuracy_cls", "loss_mask", "loss_kps"}

@@ -199,7 +199,7 @@ def run_stages(args, cfg, out):
     from tfdet.data.catalog import get_dataset
     from tfdet.data.photo_shapes import write_photo_shapes
     from tfdet.engine.checkpoint import FINAL_WEIGHTS
-    from tfdet.engine.trainer import CONFIG_FILE
+    from tfdet.engine.weights import CONFIG_FILE
 
     train_dir, pictures_dir = out / "train", out / "pictures"
     savedmodel_dir = out / "savedmodel" / SAVEDMODEL_NAME / "1"

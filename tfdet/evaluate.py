@@ -30,7 +30,6 @@ from tfdet.config.errors import ConfigError
 from tfdet.config.support import check_supported
 from tfdet.console import add_verbose_flag
 from tfdet.data.catalog import DatasetSpec, check_evaluation_dataset, get_dataset
-from tfdet.download import resolve_weights
 from tfdet.evaluation import (
     detections_to_coco,
     evaluate_results,
@@ -42,6 +41,7 @@ from tfdet.evaluation import (
 from tfdet.evaluation.coco_evaluator import iou_types_of, keypoint_names
 from tfdet.image_io import UnreadableImage, read_image, write_picture
 from tfdet.startup import freeze_imports
+from tfdet.weights_file import weights_file
 
 VIS_KEYPOINT_THRESHOLD = 2.0  # vis_one_image's kp_thresh, which test_net leaves at its default
 
@@ -105,9 +105,7 @@ def _evaluate(args, cfg, dataset):
         weights = args.weights or cfg.TEST.WEIGHTS
         if not weights:
             raise UsageError("--weights (or TEST.WEIGHTS) is needed to run a model")
-        weights = _checked(resolve_weights, weights, cfg.DOWNLOAD_CACHE)  # a URL: the checked download
-        if not pathlib.Path(weights).is_file():
-            raise UsageError(f"weights file not found: {weights}")
+        weights = _checked(weights_file, weights, cfg.DOWNLOAD_CACHE).path  # a URL: the checked download
         categories = _model_categories(cfg, weights, dataset.annotation_file)
         vis = vis_writer(cfg, categories, output_dir)
         freeze_imports()

@@ -61,6 +61,7 @@ from tfdet.inference import Predictor
 from tfdet.startup import freeze_imports
 from tfdet.videopose3d import VideoPose3DArchive
 from tfdet.visualize import draw_detections
+from tfdet.weights_file import weights_file
 
 # Errors that make one input fail without stopping the run.
 INPUT_ERRORS = (UnreadableImage, ValueError, OSError, cv2.error)
@@ -322,8 +323,7 @@ def main(argv=None):
         check_supported(cfg, "inference")  # before the weights: a refused key is the config's problem
         args.weights = resolve_weights(args.weights, cfg.DOWNLOAD_CACHE)  # a URL: the checked download
         inputs, categories = check_usage(args, cfg, read_model_categories(args.weights))
-        if not pathlib.Path(args.weights).is_file():
-            raise UsageError(f"{args.weights}: no such weights file")
+        args.weights = weights_file(args.weights).path  # after the inputs: a missing or unknown file, one line
     except (UsageError, OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -6,13 +6,13 @@ import tensorflow as tf
 
 from tfdet.config import Config, check_supported, load_config
 from tfdet.data.model_labels import weights_categories
-from tfdet.download import resolve_weights
 from tfdet.graph_options import cpu_graph_options
 from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
 from tfdet.ops.masks import paste_masks
 from tfdet.preprocessing import model_inputs
 from tfdet.test_time_augmentation import TestTimeAugmentation, uses_test_time_augmentation
+from tfdet.weights_file import load_weights, weights_file
 
 
 class Predictor:
@@ -30,7 +30,7 @@ class Predictor:
         if weights is None:
             self.model = build_model(self.cfg)
         else:
-            weights = resolve_weights(weights, self.cfg.DOWNLOAD_CACHE)  # once: the classes are read from it too
+            weights = weights_file(weights, self.cfg.DOWNLOAD_CACHE).path  # checked once; the classes come from it too
             with placeholder_initialization():  # every weight comes from the file
                 self.model = build_model(self.cfg)
             load_weights(self.model, self.cfg, weights)
@@ -112,17 +112,3 @@ class Predictor:
             result["keypoints"] = outputs["keypoints"][index, :count, :, :3].astype(np.float32)
             result["keypoint_probs"] = outputs["keypoints"][index, :count, :, 3].astype(np.float32)
         return result
-
-
-def load_weights(model, cfg, weights):
-    """Load `weights` into `model`: our `.weights.h5`, or a Detectron `.pkl` through porting (a Detectron URL or
-    `catalog://` name: downloaded into the cache and md5-checked first, `tfdet.download`)."""
-    path = resolve_weights(weights, cfg.DOWNLOAD_CACHE)
-    if path.endswith(".pkl"):
-        try:  # porting builds on tfdet, so it is imported only when a .pkl is given
-            from porting import load_detectron_weights
-        except ImportError as error:
-            raise NotImplementedError(f"Reading Detectron .pkl files needs porting.load_detectron_weights: {error}")
-        load_detectron_weights(model, cfg, path)
-    else:
-        model.load_weights(path)

@@ -22,7 +22,7 @@ from tfdet.config.errors import ConfigError
 from tfdet.data.keypoint_names import flip_permutation
 from tfdet.modeling.test_settings import soft_nms_setting, voting_setting
 from tfdet.modeling.test_time_models import build_test_time_models
-from tfdet.modeling.training_graph import copy_weights_by_blob_name
+from tfdet.modeling.blob_transfer import copy_weights_by_blob_name
 from tfdet.ops.keypoints import heatmaps_to_keypoints
 from tfdet.ops.nms import BoxVoting, SoftNMS, per_class_nms
 from tfdet.preprocessing import as_bgr_image, model_inputs

@@ -66,7 +66,8 @@ def main(argv=None):
     from tfdet.data.catalog import check_evaluation_dataset, get_dataset
     from tfdet.engine.checkpoint import NonFiniteLossError  # TensorFlow is imported once the arguments are good
     from tfdet.engine.strategy import is_chief
-    from tfdet.engine.trainer import CONFIG_FILE, Trainer
+    from tfdet.engine.trainer import Trainer
+    from tfdet.engine.weights import CONFIG_FILE
     from tfdet.startup import freeze_imports
 
     freeze_imports()

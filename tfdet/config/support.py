@@ -41,12 +41,21 @@ class When:
 
 
 @dataclasses.dataclass(frozen=True)
+class Check:
+    """What a Limit may read besides the key's value: the config and the datasets an evaluation runs on."""
+
+    cfg: object
+    datasets: tuple
+
+
+@dataclasses.dataclass(frozen=True)
 class Limit:
     """Values of an implemented key that tfdet refuses for `uses` (when every `when` holds): those `accepts`
-    rejects. `accepts(value, datasets)` sees the datasets being evaluated (TEST.FORCE_JSON_DATASET_EVAL).
+    rejects. `accepts(value, check)` also sees the whole config and the datasets being evaluated (a `Check`),
+    for rules that relate keys (FPN.COARSEST_STRIDE and FPN.RPN_MAX_LEVEL, TEST.FORCE_JSON_DATASET_EVAL).
     """
 
-    accepts: Callable[[object, tuple], bool]
+    accepts: Callable[[object, "Check"], bool]
     reason: str
     fix: str
     uses: tuple
@@ -116,7 +125,7 @@ def _looks_like_other_evaluator(name: str) -> bool:
 
 
 _FORCE_JSON = Limit(
-    lambda value, datasets: value or not any(_looks_like_other_evaluator(name) for name in datasets),
+    lambda value, check: value or not any(_looks_like_other_evaluator(name) for name in check.datasets),
     "Detectron evaluates 'voc_' and 'cityscapes_' datasets with its PASCAL VOC / Cityscapes evaluators, which "
     "tfdet does not have (tfdet always uses the COCO API)",
     "set TEST.FORCE_JSON_DATASET_EVAL True to evaluate them with the COCO API, as Detectron then does",
@@ -154,6 +163,27 @@ def _not_with_retinanet(uses, what):
         "set it False for a RetinaNet config", uses, _RETINANET_ON,
     )  # fmt: skip
 
+
+def _not_in_retinanet_training(reason, fix="set it False for MODEL.TYPE retinanet"):
+    """Refuse True when training a RetinaNet: Detectron's RetinaNet training would not do it (`reason`)."""
+    return Limit(lambda value, _: not value, reason, fix, ("training",), _RETINANET_ON)
+
+
+def _divides_coarsest_level(stride, check) -> bool:
+    """Whether FPN.COARSEST_STRIDE is a multiple of the coarsest RetinaNet level's stride."""
+    return stride % 2 ** _value(check.cfg, "FPN.RPN_MAX_LEVEL") == 0
+
+
+_RPN_BEFORE_RETINANET = _not_in_retinanet_training(
+    "an RPN takes precedence over RetinaNet in Detectron's data loader (roi_data/minibatch.py)",
+    "set MODEL.FASTER_RCNN and MODEL.RPN_ONLY False for MODEL.TYPE retinanet",
+)
+_RETINANET_COARSEST_STRIDE = Limit(
+    _divides_coarsest_level,
+    "RetinaNet training needs a multiple of 2**FPN.RPN_MAX_LEVEL, else the coarsest level's map is larger than "
+    "Detectron's cropped labels (int(size / stride))",
+    "set it to 2**FPN.RPN_MAX_LEVEL (128 for level 7), as the zoo configs do", ("training",), _RETINANET_ON,
+)  # fmt: skip
 
 _VOC_EVALUATOR = OnlyWith(
     "Detectron's PASCAL VOC evaluator (a 'voc_' dataset without TEST.FORCE_JSON_DATASET_EVAL)",
@@ -228,7 +258,11 @@ SUPPORT = {
         "proposals with crowd_thresh 0 (ops/generate_proposal_labels.py)",
     ),
     "TRAIN.GT_MIN_AREA": Implemented("tests/test_roidb.py::test_gt_min_area_drops_small_objects"),
-    "TRAIN.FREEZE_CONV_BODY": Implemented("tests/test_training_graph.py::test_freeze_at_and_freeze_conv_body"),
+    "TRAIN.FREEZE_CONV_BODY": Implemented("tests/test_training_graph.py::test_freeze_at_and_freeze_conv_body", (
+        _not_in_retinanet_training(
+            "Detectron's RetinaNet builder ignores it and trains the body (modeling/model_builder.py: retinanet)"
+        ),
+    )),  # fmt: skip
     "TRAIN.AUTO_RESUME": Implemented("tests/test_train_cli.py::test_train_end_to_end_then_resume_from_a_checkpoint"),
     "TRAIN.COPY_WEIGHTS": Implemented(_OURS + "test_copy_weights_copies_the_initial_weights_file"),
     "TRAIN.FREEZE_AT": Implemented("tests/test_backbones.py::test_freeze_at_freezes_stem_and_stages_up_to_it"),
@@ -351,20 +385,24 @@ SUPPORT = {
         "a Fast R-CNN model reads precomputed proposals (TEST.PROPOSAL_FILES, TRAIN.PROPOSAL_FILES), which tfdet "
         "does not implement", "set MODEL.FASTER_RCNN True to compute proposals with the model's own RPN",
         MODEL_USES, (When("TEST.PRECOMPUTED_PROPOSALS", True),),
-    ),)),  # fmt: skip
+    ), _RPN_BEFORE_RETINANET)),  # fmt: skip
     "MODEL.MASK_ON": Implemented(_MODEL_INVENTORY, (_not_with_retinanet(MODEL_USES, "mask heads"),)),
     "MODEL.KEYPOINTS_ON": Implemented(_MODEL_INVENTORY, (_not_with_retinanet(MODEL_USES, "keypoint heads"),)),
     "MODEL.RPN_ONLY": Implemented("tests/test_training_graph.py::test_c4_and_rpn_only_training_graphs", (Limit(
         lambda value, _: not value,
         "tfdet trains RPN-only models but runs no proposal inference (Detectron's rpn_generator and its AR "
         "evaluation are not implemented)", "infer and export models with detection heads", PREDICTION_USES,
-    ),)),  # fmt: skip
+    ), _RPN_BEFORE_RETINANET)),  # fmt: skip
     "MODEL.EXECUTION_TYPE": NoEffect(
         "the Caffe2 net executor ('dag' or 'simple', modeling/detector.py): the same ops in another schedule"
     ),
     "MODEL.DOMAIN_ADAPTATION_ON": Implemented(
-        "tests/test_domain_adaptation.py::test_detection_losses_come_from_the_source_half_only"
-    ),
+        "tests/test_domain_adaptation.py::test_detection_losses_come_from_the_source_half_only",
+        (_not_in_retinanet_training(
+            "domain-adaptive training (the DA fork) adapts a Faster R-CNN: a RetinaNet has no RoI head for its "
+            "instance-level classifier"
+        ),),
+    ),  # fmt: skip
     **{
         f"MODEL.DA_HEADS.{key}": Implemented(_TRAINING_WIRING)
         for key in (
@@ -451,10 +489,13 @@ SUPPORT = {
     "RPN.STRIDE": Implemented(_RPN_VS_CAFFE2),
     "RPN.ASPECT_RATIOS": Implemented(_RPN_VS_CAFFE2),
     # ---- FPN ----
-    "FPN.FPN_ON": Implemented(_RPN_VS_CAFFE2),
+    "FPN.FPN_ON": Implemented(_RPN_VS_CAFFE2, (Limit(
+        lambda value, _: value, "RetinaNet uses FPN (Detectron asserts it)", "set it True", ("training",),
+        _RETINANET_ON,
+    ),)),  # fmt: skip
     "FPN.DIM": Implemented(_FPN_VS_CAFFE2),
     "FPN.ZERO_INIT_LATERAL": Implemented(_INIT_WIRING),
-    "FPN.COARSEST_STRIDE": Implemented(_INFERENCE_WIRING),
+    "FPN.COARSEST_STRIDE": Implemented(_INFERENCE_WIRING, (_RETINANET_COARSEST_STRIDE,)),
     "FPN.MULTILEVEL_ROIS": Implemented(
         "tests/test_roi_heads.py::test_fpn_2mlp_head_end_to_end_with_multilevel_roi_align"
     ),
@@ -627,21 +668,20 @@ def check_supported(cfg, use: str, datasets: Iterable[str] = ()) -> None:
     """
     if use not in USES:
         raise ValueError(f"use must be one of {', '.join(USES)}, got {use!r}")
-    datasets = tuple(datasets)
     problems = [
         f"{key} = {_show(value)}: {rule.reason}; {rule.fix}"
-        for key, rule, value in _rules_that_refuse(cfg, use, datasets)
+        for key, rule, value in _rules_that_refuse(cfg, use, Check(cfg, tuple(datasets)))
     ]
     if problems:
         raise ConfigError("\n".join(problems))
 
 
-def _rules_that_refuse(cfg, use, datasets):
+def _rules_that_refuse(cfg, use, check):
     """(key, rule, value) of every rule for `use` that refuses the config's value."""
     for key, status in SUPPORT.items():
         value = _value(cfg, key)
         for rule, accepts in _rules(key, status):
-            if use in rule.uses and all(when.holds(cfg) for when in rule.when) and not accepts(value, datasets):
+            if use in rule.uses and all(when.holds(cfg) for when in rule.when) and not accepts(value, check):
                 yield key, rule, value
 
 

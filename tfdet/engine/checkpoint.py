@@ -132,15 +132,6 @@ class TrainingCheckpointer:
             raise RuntimeError(f"No readable checkpoint in {self.directory}: {'; '.join(errors)}")
         return None
 
-    def save_final_weights(self):
-        """Write `model_final.weights.h5` (temp file + rename); only the chief writes. Returns its path."""
-        if self._chief:
-            self._check_finite_weights()
-            temporary = os.path.join(self.directory, f".{os.getpid()}.{FINAL_WEIGHTS}")
-            self.model.save_weights(temporary)
-            os.replace(temporary, self.final_weights_path)
-        return self.final_weights_path
-
     def _checkpoints_newest_first(self):
         state = tf.train.get_checkpoint_state(self.directory)
         if state is None:

@@ -23,21 +23,17 @@ the weights go into an inference model by Detectron blob name and are saved as
 import dataclasses
 import logging
 import os
-import shutil
 
 import keras
 import tensorflow as tf
 
-from tfdet.config import load_config
 from tfdet.config.errors import ConfigError
 from tfdet.config.support import check_supported
 from tfdet.data.domain_pipeline import distributed_domain_dataset_fn
 from tfdet.data.domain_pipeline import target_roidb as configured_target_roidb
-from tfdet.data.coco_classes import model_categories
-from tfdet.data.model_labels import read_model_categories, roidb_categories, write_model_categories
+from tfdet.data.model_labels import roidb_categories
 from tfdet.data.pipeline import distributed_dataset_fn
 from tfdet.data.roidb import training_roidb
-from tfdet.download import resolve_weights
 from tfdet.engine.checkpoint import (
     FINAL_WEIGHTS,
     TrainingCheckpointer,
@@ -48,18 +44,13 @@ from tfdet.engine.lr_schedule import lr_at_iter
 from tfdet.engine.metrics_log import LearningRateLog, TrainingStats
 from tfdet.engine.optimizer import build_optimizer
 from tfdet.engine.strategy import build_strategy, global_batch_size, is_chief, scale_replica_loss
+from tfdet.engine.weights import copy_initial_weights, export_final_weights, load_initial_weights
 from tfdet.graph_options import cpu_graph_options
-from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
 from tfdet.modeling.mixed_precision import needs_loss_scaling
-from tfdet.modeling.domain_adaptation import is_domain_classifier_blob
-from tfdet.modeling.class_transfer import ClassTransfer
-from tfdet.modeling.training_graph import copy_weights_by_blob_name, loss_terms
+from tfdet.modeling.training_graph import loss_terms
 
 logger = logging.getLogger(__name__)
-
-CONFIG_FILE = "config.yaml"
-
 
 @dataclasses.dataclass
 class TrainingResult:
@@ -81,81 +72,6 @@ def image_seeds(rng_seed, iteration, global_batch, batch_size):
     batch_size = tf.cast(batch_size, tf.int64)
     index = tf.cast(iteration, tf.int64) * global_batch + replica * batch_size + tf.range(batch_size)
     return tf.stack([tf.fill(tf.shape(index), tf.constant(rng_seed, tf.int64)), index], axis=1)
-
-
-def load_initial_weights(model, cfg, path, class_names=None):
-    """TRAIN.WEIGHTS into the training model: a Detectron `.pkl` (an ImageNet backbone or a whole
-    model; blobs the file lacks keep their initialisation), our `.weights.h5` (an inference model's
-    weights, copied by blob name) or a training checkpoint of ours (a prefix or its folder).
-
-    From a `.pkl` or `.weights.h5` of another class (or keypoint) count, the blobs that follow the count keep
-    the model's initialisation, except the rows of classes named as the model's `class_names` (the training
-    set's), which are copied (`tfdet.modeling.class_transfer`); each such blob is logged on one line."""
-    path = os.fspath(path)
-    class_transfer = ClassTransfer.for_config(cfg, class_names)
-    if path.endswith(".pkl"):
-        from porting import load_detectron_weights  # porting builds on tfdet: imported only for .pkl files
-
-        report = load_detectron_weights(model, cfg, path, allow_missing=True, class_transfer=class_transfer)
-        logger.info("Initialised from %s: %d blobs loaded, %d missing", path, len(report.loaded), len(report.missing))
-    elif path.endswith(".h5"):
-        source, source_names = weights_file_model(cfg, path)
-        # an inference model has no DA heads: a DA training model keeps their initialisation
-        copy_weights_by_blob_name(
-            source, model, cfg.MRCNN.ROI_MASK_HEAD, is_domain_classifier_blob, class_transfer, source_names
-        )
-    else:
-        restore_training_checkpoint(model, path)
-    for line in class_transfer.lines:
-        logger.info("TRAIN.WEIGHTS %s: %s", path, line)
-
-
-def weights_file_model(cfg, path):
-    """(inference model holding our `.weights.h5` at `path`, its class names or None). The model is built from
-    the `config.yaml` beside the file when there is one (the trainer and `python -m porting` write it), else from
-    `cfg` with the class count the file stores (`tfdet.data.model_labels`)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"TRAIN.WEIGHTS file not found: {path}")
-    config_path = os.path.join(os.path.dirname(path), CONFIG_FILE)
-    stored = read_model_categories(path)
-    if os.path.isfile(config_path):
-        source_cfg, built_from = load_config(config_path), config_path
-    else:
-        source_cfg, built_from = cfg.clone(), "the training config"
-        if stored is not None:
-            source_cfg.MODEL.NUM_CLASSES = len(stored.json_ids)
-            built_from += f" with the {len(stored.json_ids)} classes the file stores"
-    with placeholder_initialization():
-        source = build_model(source_cfg)
-    try:
-        source.load_weights(path)
-    except ValueError as error:
-        keras_message = " ".join(str(error).split()).split(" Target variable:")[0]  # one line, no values
-        raise ValueError(
-            f"TRAIN.WEIGHTS {path}: its weights do not fit the model of {built_from} ({keras_message}); "
-            f"put the config.yaml of the model it holds beside it"
-        ) from None
-    names = model_categories(source_cfg.MODEL.NUM_CLASSES, source_cfg.MODEL.KEYPOINTS_ON, stored=stored).names
-    return source, names
-
-
-def restore_training_checkpoint(model, path):
-    """A tfdet training checkpoint (a prefix or its folder) into `model`, which must be the model it was saved from:
-    a checkpoint of other shapes (another class count) is refused in one line."""
-    checkpoint = tf.train.latest_checkpoint(path) if os.path.isdir(path) else path
-    if checkpoint is None or not tf.io.gfile.exists(checkpoint + ".index"):
-        raise FileNotFoundError(
-            f"TRAIN.WEIGHTS {path!r} is neither a Detectron .pkl, a .weights.h5 file nor a tfdet training checkpoint"
-        )
-    try:
-        tf.train.Checkpoint(model=model).read(checkpoint).expect_partial().assert_existing_objects_matched()
-    except ValueError as error:
-        if "incompatible tensor" not in str(error):
-            raise
-        raise ValueError(
-            f"TRAIN.WEIGHTS {path!r}: a training checkpoint restores only into the model it was saved from "
-            f"({str(error).strip()}); to fine-tune to other classes, start from that run's {FINAL_WEIGHTS}"
-        ) from None
 
 
 # RESNETS.TRANS_FUNC of Detectron's ResNet blocks whose norm is AffineChannel (frozen BN: a fixed per-channel
@@ -187,41 +103,6 @@ def refuse_affine_body_from_scratch(cfg, output_dir):
         "FPN.USE_GN True, TRAIN.FREEZE_AT 0, as configs/shapes_*.yaml do), or set TFDET.ALLOW_AFFINE_FROM_SCRATCH "
         "True to train anyway"
     )
-
-
-def copy_initial_weights(cfg, output_dir):
-    """TRAIN.COPY_WEIGHTS with TRAIN.AUTO_RESUME, as Detectron's `create_model`: unless training already finished
-    in `output_dir`, copy the TRAIN.WEIGHTS file there under its own name; returns the copy's path or None."""
-    finished = os.path.exists(os.path.join(output_dir, FINAL_WEIGHTS))
-    if not (cfg.TRAIN.AUTO_RESUME and cfg.TRAIN.COPY_WEIGHTS) or finished:
-        return None
-    source = resolve_weights(cfg.TRAIN.WEIGHTS, cfg.DOWNLOAD_CACHE)  # a URL: the checked download
-    if not os.path.isfile(source):
-        raise FileNotFoundError(f"TRAIN.COPY_WEIGHTS copies the TRAIN.WEIGHTS file, and {source!r} is not a file")
-    os.makedirs(output_dir, exist_ok=True)
-    target = os.path.join(output_dir, os.path.basename(source))
-    shutil.copyfile(source, target)
-    logger.info("Copied %s to %s", source, output_dir)
-    return target
-
-
-def export_final_weights(cfg, training_model, directory, categories=None):
-    """The training model's weights in an inference model, saved as `model_final.weights.h5` (temp file +
-    rename) beside `config.yaml`; returns the weights path. `categories` (a ModelCategories: the training
-    set's classes) are stored in the file (`tfdet.data.model_labels`). The inference model is built on the
-    default strategy, outside any training strategy's scope."""
-    with placeholder_initialization():
-        inference_model = build_model(cfg)
-    copy_weights_by_blob_name(training_model, inference_model, cfg.MRCNN.ROI_MASK_HEAD)
-    path = os.path.join(directory, FINAL_WEIGHTS)
-    temporary = os.path.join(directory, f".{os.getpid()}.{FINAL_WEIGHTS}")
-    inference_model.save_weights(temporary)
-    if categories is not None:
-        write_model_categories(temporary, categories)
-    os.replace(temporary, path)
-    with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as config_file:
-        config_file.write(cfg.dump())
-    return path
 
 
 class Trainer:
@@ -278,8 +159,7 @@ class Trainer:
             logger.info("Resumed from %s at iteration %d", self.resumed_from, self.iteration)
         elif self.cfg.TRAIN.WEIGHTS:
             class_names = getattr(self.roidb, "class_names", None)  # a Roidb's; tests may pass plain lists
-            weights = resolve_weights(self.cfg.TRAIN.WEIGHTS, self.cfg.DOWNLOAD_CACHE)  # a URL: the checked download
-            load_initial_weights(self.model, self.cfg, weights, class_names)
+            load_initial_weights(self.model, self.cfg, self.cfg.TRAIN.WEIGHTS, class_names)
         return self.iteration
 
     def distributed_dataset(self, start_step):

@@ -2,10 +2,10 @@
 
 `build_retinanet_training_model(cfg)` (also `build_model(cfg, training=True)` for MODEL.TYPE retinanet)
 builds the body and `add_retinanet_heads` as the inference model does, so every weight-carrying layer has
-the same Detectron name in both (`copy_weights_by_blob_name` moves weights between them), and adds
-Detectron's targets and losses (`RetinaNetLosses`).
+the same Detectron name in both (`blob_transfer.copy_weights_by_blob_name` moves weights between them),
+and adds Detectron's targets and losses (`RetinaNetLosses`).
 
-Inputs: the R-CNN training model's (`training_graph.training_inputs`; `seeds` is unused: RetinaNet draws
+Inputs: the R-CNN training model's (`training_inputs.training_inputs`; `seeds` is unused: RetinaNet draws
 nothing). Outputs, float32 scalars named as Detectron's json_stats: `loss_retnet_cls` (the sum over levels
 of `fl_fpn<k>`), `loss_retnet_bbox` (of `retnet_loss_bbox_fpn<k>`), and the metrics `retnet_fg_num`,
 `retnet_bg_num`. The loss to minimise is the sum of the `loss_*` terms (`training_graph.loss_terms`).
@@ -13,7 +13,6 @@ of `fl_fpn<k>`), `loss_retnet_bbox` (of `retnet_loss_bbox_fpn<k>`), and the metr
 
 import keras
 
-from tfdet.config.errors import ConfigError
 from tfdet.layers.retinanet_training_targets import RetinaNetLosses
 from tfdet.layers.training_targets import GroundTruthValid
 from tfdet.modeling.registry import BODIES
@@ -22,40 +21,12 @@ from tfdet.modeling.training_inputs import training_inputs
 from tfdet.ops.retinanet_targets import field_size
 
 
-def _refusals(cfg):
-    """One line per config value Detectron's RetinaNet training does not honour or cannot run with."""
-    problems = []
-    if not cfg.RETINANET.RETINANET_ON:
-        problems.append("RETINANET.RETINANET_ON = False: Detectron's data loader builds RetinaNet blobs only with "
-                        "it True; set it True for MODEL.TYPE retinanet")
-    if cfg.RPN.RPN_ON:
-        problems.append("MODEL.FASTER_RCNN / MODEL.RPN_ONLY: an RPN takes precedence over RetinaNet in Detectron's "
-                        "data loader (roi_data/minibatch.py); set both False for MODEL.TYPE retinanet")
-    if not cfg.FPN.FPN_ON:
-        problems.append("FPN.FPN_ON = False: RetinaNet uses FPN (Detectron asserts it); set it True")
-    coarsest = 2**cfg.FPN.RPN_MAX_LEVEL
-    if cfg.FPN.COARSEST_STRIDE % coarsest:
-        problems.append(f"FPN.COARSEST_STRIDE = {cfg.FPN.COARSEST_STRIDE}: RetinaNet training needs a multiple of "
-                        f"2**FPN.RPN_MAX_LEVEL = {coarsest}, else level {cfg.FPN.RPN_MAX_LEVEL}'s map is larger than "
-                        f"Detectron's cropped labels (int(size / stride)); set it to {coarsest}, as the zoo configs do")
-    if cfg.TRAIN.FREEZE_CONV_BODY:
-        problems.append("TRAIN.FREEZE_CONV_BODY = True: Detectron's RetinaNet builder ignores it and trains the body "
-                        "(modeling/model_builder.py: retinanet); set it False")
-    for key, value in (("MODEL.MASK_ON", cfg.MODEL.MASK_ON), ("MODEL.KEYPOINTS_ON", cfg.MODEL.KEYPOINTS_ON),
-                       ("MODEL.DOMAIN_ADAPTATION_ON", cfg.MODEL.DOMAIN_ADAPTATION_ON)):
-        if value:
-            problems.append(f"{key} = True: a RetinaNet has no such heads; set it False")
-    return problems
-
-
 def build_retinanet_training_model(cfg):
     """The RetinaNet training graph of `cfg` as a keras.Model (inputs and outputs in the module docstring).
 
-    Raises ConfigError, one line per key, for what Detectron's RetinaNet training would not do.
+    It checks nothing, as the R-CNN training builder: what Detectron's RetinaNet training would not do is
+    refused by `config.support` at the point of use (the Trainer, `tfdet.train`).
     """
-    problems = _refusals(cfg)
-    if problems:
-        raise ConfigError("\n".join(problems))
     inputs = training_inputs(cfg)
     body = BODIES.get(cfg.MODEL.CONV_BODY)(cfg, inputs["images"])
     heads = add_retinanet_heads(cfg, body)
