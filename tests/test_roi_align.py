@@ -165,16 +165,41 @@ def test_boxes_outside_and_degenerate(rng, sampling_ratio, aligned, xla):
     assert np.all(actual[:2] == 0.0)
 
 
+@pytest.mark.parametrize("xla", [False, True])
 @pytest.mark.parametrize("aligned", [False, True])
 @pytest.mark.parametrize("sampling_ratio", [0, 2])
-def test_one_by_one_feature_map(rng, sampling_ratio, aligned):
+def test_one_by_one_feature_map(rng, sampling_ratio, aligned, xla):
     features = rng.standard_normal((2, 1, 1, 3))
+    # [2, 2, 18, 18] at 1/16 puts the last sample of sampling ratio 2 exactly on the map's edge (1.0 = height):
+    # Caffe2 keeps a sample at y == height (it skips y > height only)
     boxes = np.array([[0.0, 0.0, 16.0, 16.0], [-20.0, -8.0, 40.0, 20.0], [4.0, 4.0, 5.0, 9.0],
-                      [-40.0, 0.0, -20.0, 16.0]])
-    box_indices = np.array([0, 1, 1, 0], np.int32)
+                      [-40.0, 0.0, -20.0, 16.0], [2.0, 2.0, 18.0, 18.0]])
+    box_indices = np.array([0, 1, 1, 0, 1], np.int32)
     expected = reference_roi_align(features, boxes, box_indices, (2, 2), 1 / 16, sampling_ratio, aligned)
-    actual = run_float32(features, boxes, box_indices, 2, 1 / 16, sampling_ratio, aligned)
+    actual = run_float32(features, boxes, box_indices, 2, 1 / 16, sampling_ratio, aligned, xla)
     assert_close(actual, expected, FLOAT32_TOL)
+
+
+@pytest.mark.parametrize("xla", [False, True])
+@pytest.mark.parametrize("sampling_ratio", [1, 2, 4])
+def test_samples_exactly_on_the_maps_far_edge_count(rng, sampling_ratio, xla):
+    """Boxes whose last sample lands exactly on x == width / y == height (kept by Caffe2, weight on the last
+    pixel) and just past it (dropped), on a map larger than one cell."""
+    features = rng.standard_normal((1, 5, 6, 2))
+    grid = sampling_ratio
+    # one bin per axis, spatial scale 1: samples at x1 + (i + 0.5) * (x2 - x1) / grid; the last is on the edge
+    # when x1 + (grid - 0.5) / grid * (x2 - x1) == length
+    def box_ending_at(edge_x, edge_y, past=0.0):
+        x1, y1 = 2.0, 1.0
+        x2 = x1 + (edge_x + past - x1) * grid / (grid - 0.5)
+        y2 = y1 + (edge_y + past - y1) * grid / (grid - 0.5)
+        return [x1, y1, x2, y2]
+
+    boxes = np.array([box_ending_at(6.0, 5.0), box_ending_at(6.0, 5.0, past=0.01)])
+    expected = reference_roi_align(features, boxes, [0, 0], (1, 1), 1.0, sampling_ratio)
+    actual = run_float32(features, boxes, np.array([0, 0], np.int32), 1, 1.0, sampling_ratio, xla=xla)
+    assert_close(actual, expected, FLOAT32_TOL)
+    assert not np.allclose(expected[0], expected[1], atol=1e-3)  # the sample on the edge counts, the other not
 
 
 @pytest.mark.parametrize("sampling_ratio", [0, 2])
