@@ -1,4 +1,5 @@
-"""Mask paste against Detectron's `segm_results`, run literally with numpy and cv2.resize.
+"""Mask paste against Detectron's `segm_results`, run literally with numpy and cv2.resize: the graph op
+(`tfdet.ops.masks`, the SavedModel's) and the Predictor's NumPy/cv2 paste (`tfdet.mask_paste`).
 
 Our resize reproduces cv2's float32 INTER_LINEAR bit for bit as x86 builds run it (OpenCV hands
 single-channel float32 resizes to Intel IPP): there soft and binary masks must be identical.
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfdet import mask_paste
 from tfdet.ops.masks import paste_masks, paste_masks_soft
 from tfdet.ops.resize import resize_linear_cv2
 
@@ -220,3 +222,35 @@ def test_resize_linear_alone(rng, use_ipp):
         resized = resize_linear_cv2(image, int(dst_h), int(dst_w)).numpy()
         worst = max(worst, float(np.abs(resized - expected).max()))
     assert worst <= (0.0 if exact else 2e-5)  # observed 0 (IPP) and ~8e-6 (OpenCV's own)
+
+
+def predictor_paste_cases(rng):
+    """(masks, boxes, height, width, threshold) cases: random boxes sticking out, sub-pixel and inverted boxes,
+    the border, MRCNN.RESOLUTION 14 with THRESH_BINARIZE 0.3, no detections."""
+    inverted = np.array([[10.3, 20.1, 10.9, 20.4], [10.3, 20.1, 9.5, 21.0], [0.0, 0.0, 0.0, 0.0],
+                         [-0.4, 5.0, 0.2, 5.5], [59.2, 49.1, 59.9, 49.8], [-30.0, -20.0, 10.0, 12.0],
+                         [50.0, 40.0, 85.0, 94.0], [-5.0, 10.0, 65.0, 20.0]], np.float32)
+    return [
+        (rng.random((60, 28, 28), dtype=np.float32), random_boxes(rng, 60, 300, 420, 260), 300, 420, THRESHOLD),
+        (rng.random((len(inverted), 28, 28), dtype=np.float32), inverted, 50, 60, THRESHOLD),
+        (rng.random((8, 14, 14), dtype=np.float32), random_boxes(rng, 8, 90, 70, 80), 90, 70, 0.3),
+        (np.zeros((0, 28, 28), np.float32), np.zeros((0, 4), np.float32), 37, 53, THRESHOLD),
+    ]
+
+
+def test_predictor_paste_is_detectrons(rng, paste):
+    """tfdet.mask_paste runs Detectron's own cv2 calls on each box's region: identical to segm_results, and to
+    the graph op where cv2 uses IPP (which the op reproduces)."""
+    for masks, boxes, height, width, threshold in predictor_paste_cases(rng):
+        ours = mask_paste.paste_masks(masks, boxes, height, width, threshold)
+        _, binary_ref = detectron_segm_results(masks, boxes, height, width, threshold=threshold)
+        assert ours.dtype == bool and ours.shape == (len(masks), height, width)
+        np.testing.assert_array_equal(ours, binary_ref)
+        np.testing.assert_array_equal(mask_paste.reference_boxes(boxes, masks.shape[-1]),
+                                      detectron_expand_boxes(boxes, (masks.shape[-1] + 2.0) / masks.shape[-1])
+                                      .astype(np.int32))
+        if threshold == THRESHOLD and CV2_USES_IPP:
+            np.testing.assert_array_equal(ours, paste(masks, boxes, height, width)[0])
+    # A box wholly outside the image (Detectron clips boxes first, so its slicing never meets one): nothing pasted.
+    outside = mask_paste.paste_masks(np.ones((1, 28, 28), np.float32), [[70.0, 60.0, 90.0, 80.0]], 50, 60, 0.5)
+    assert outside.shape == (1, 50, 60) and not outside.any()

@@ -98,8 +98,7 @@ def test_bbox_aug_matches_numpy_reference(compared):
 def test_mask_aug_matches_numpy_reference(compared):
     _, predictor, got, want = compared
     height, width = demo_image().shape[:2]
-    pasted = predictor._paste(want["mask_probs"], got["boxes"], np.int32(height), np.int32(width),
-                              np.float32(predictor.cfg.MRCNN.THRESH_BINARIZE)).numpy()  # fmt: skip
+    pasted = predictor._mask_paster((height, width))(want["mask_probs"], got["boxes"])
     assert pasted.shape == got["masks"].shape and pasted.any()
     for ours, theirs in zip(got["masks"], pasted):
         assert (ours & theirs).sum() >= 0.99 * (ours | theirs).sum()

@@ -8,8 +8,8 @@ from tfdet.config import Config, check_supported, load_config
 from tfdet.data.model_labels import weights_categories
 from tfdet.graph_options import cpu_graph_options
 from tfdet.layers import placeholder_initialization
+from tfdet.mask_paste import paste_masks
 from tfdet.modeling import build_model
-from tfdet.ops.masks import paste_masks
 from tfdet.preprocessing import model_inputs
 from tfdet.test_time_augmentation import TestTimeAugmentation, uses_test_time_augmentation
 from tfdet.weights_file import load_weights, weights_file
@@ -46,19 +46,9 @@ class Predictor:
             reduce_retracing=True,
             autograph=False,  # the model uses TF control flow explicitly; converting its code costs seconds
         )
-        self._paste = tf.function(
-            paste_masks,
-            input_signature=[
-                tf.TensorSpec([None, None, None], tf.float32),
-                tf.TensorSpec([None, 4], tf.float32),
-                tf.TensorSpec([], tf.int32),
-                tf.TensorSpec([], tf.int32),
-                tf.TensorSpec([], tf.float32),
-            ],
-            autograph=False,
-        )
         # TEST.BBOX_AUG / MASK_AUG / KPS_AUG: Detectron's augmented test, one image at a time.
-        self._augmentation = TestTimeAugmentation(self.cfg, self.model) if uses_test_time_augmentation(self.cfg) else None
+        augmented = uses_test_time_augmentation(self.cfg)
+        self._augmentation = TestTimeAugmentation(self.cfg, self.model) if augmented else None
 
     @classmethod
     def from_zoo(cls, name):
@@ -94,10 +84,11 @@ class Predictor:
             return [self._image_results(outputs, i, images[i].shape[:2]) for i in range(len(images))]
 
     def _mask_paster(self, image_size):
-        """(N, M, M) soft masks and their boxes -> (N, H, W) boolean masks of an image of `image_size` (H, W)."""
-        height, width = np.int32(image_size[0]), np.int32(image_size[1])
-        threshold = np.float32(self.cfg.MRCNN.THRESH_BINARIZE)
-        return lambda probs, boxes: self._paste(probs, boxes, height, width, threshold).numpy()
+        """(N, M, M) soft masks and their boxes -> (N, H, W) boolean masks of an image of `image_size` (H, W),
+        pasted as Detectron's segm_results does (`tfdet.mask_paste`)."""
+        height, width = int(image_size[0]), int(image_size[1])
+        threshold = self.cfg.MRCNN.THRESH_BINARIZE
+        return lambda probs, boxes: paste_masks(probs, boxes, height, width, threshold)
 
     def _image_results(self, outputs, index, image_size):
         count = int(outputs["num_detections"][index])
