@@ -2,6 +2,8 @@
 positions in float32, bfloat16 inference against float32 (tolerances below), a bfloat16 training step against
 a float32 one, and Keras' loss scaling around Detectron's SGD (float16)."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -10,12 +12,13 @@ from test_device_map import SMALL
 from training_fixtures import first_batch, functions_run_eagerly, shapes_roidb, tiny_cfg
 
 from tfdet.config import load_config
+from tfdet.config.errors import ConfigWarning
 from tfdet.engine.optimizer import DetectronSGD, update_rules, variable_roles
 from tfdet.engine.trainer import Trainer
 from tfdet.evaluation.agreement import detection_agreement
 from tfdet.modeling import build_model
 from tfdet.modeling.detectron_names import model_blobs
-from tfdet.modeling.mixed_precision import dtype_policy_scope, policy_name
+from tfdet.modeling.mixed_precision import bfloat16_cpu_notice, cpu_flags, dtype_policy_scope, policy_name
 
 BF16 = ("TFDET.MIXED_PRECISION", "mixed_bfloat16")
 # Zeroed RPN output layers make every proposal an anchor ranked by index in both precisions, so the two
@@ -61,6 +64,26 @@ def test_policy_scope_restores_the_global_policy_even_on_errors():
             assert keras.config.dtype_policy().name == "mixed_bfloat16"
             raise RuntimeError("build failed")
     assert keras.config.dtype_policy().name == "float32"
+
+
+def test_bfloat16_on_a_cpu_where_it_would_be_slower_says_so(tmp_path):
+    assert bfloat16_cpu_notice(None) is None  # nothing known (no /proc/cpuinfo): nothing said
+    assert bfloat16_cpu_notice({"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}) is None
+    emulated, measured = bfloat16_cpu_notice({"avx2", "fma"}), bfloat16_cpu_notice({"avx512f", "avx512_bf16"})
+    assert emulated.startswith("TFDET.MIXED_PRECISION mixed_bfloat16: ") and "emulates" in emulated
+    assert "no AMX" in measured and "1.48x" in measured and "\n" not in emulated + measured
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\nflags\t\t: fpu avx2\n")
+    assert cpu_flags(cpuinfo) == {"fpu", "avx2", "avx512_bf16"} and cpu_flags(tmp_path / "absent") is None
+    # Building under the policy on this machine says what its own flags call for, once per build; float32 nothing.
+    expected = bfloat16_cpu_notice(cpu_flags()) if not tf.config.list_logical_devices("GPU") else None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with dtype_policy_scope(load_config(None, list(BF16))):
+            pass
+        with dtype_policy_scope(load_config(None)):
+            pass
+    assert [str(w.message) for w in caught if w.category is ConfigWarning] == ([expected] if expected else [])
 
 
 @pytest.fixture(scope="module")
