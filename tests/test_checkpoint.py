@@ -81,6 +81,18 @@ def test_round_trip_restores_weights_momentum_iteration_and_data_position(tmp_pa
     assert int(next(iterator2)) == expected_next == 2
 
 
+def test_resumes_from_a_relative_output_folder(tmp_path, monkeypatch):
+    """`python -m tfdet.train ... OUTPUT_DIR outputs/x` resumes: checkpoints found under a relative folder."""
+    monkeypatch.chdir(tmp_path)
+    model, optimizer = make_model_and_optimizer(seed=0)
+    set_state(model, optimizer, 2)
+    TrainingCheckpointer(os.path.join("outputs", "x"), model, optimizer).save()
+    model2, optimizer2 = make_model_and_optimizer(seed=1)
+    restored = TrainingCheckpointer(os.path.join("outputs", "x"), model2, optimizer2).restore_latest()
+    assert os.path.samefile(restored + ".index", tmp_path / "outputs" / "x" / "model_iter-2.index")
+    assert_state(model2, optimizer2, 2)
+
+
 def test_restore_latest_without_checkpoint_returns_none(tmp_path):
     model, optimizer = make_model_and_optimizer(seed=0)
     before = [w.numpy() for w in model.weights]

@@ -136,8 +136,9 @@ class TrainingCheckpointer:
         state = tf.train.get_checkpoint_state(self.directory)
         if state is None:
             return []
+        # get_checkpoint_state has joined relative paths to the directory already (joining again doubled a
+        # relative OUTPUT_DIR: outputs/x/outputs/x/model_iter-N, and the run could not resume)
         paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
-        paths = [p if os.path.isabs(p) else os.path.join(self.directory, p) for p in paths]
         return sorted(set(paths), key=_checkpoint_number, reverse=True)
 
     def _remove_interrupted_saves(self):
