@@ -138,7 +138,8 @@ def active_units(cfg, weights, dataset_name="shapes_val", num_images=8):
     coco = load_coco(spec.annotation_file)
     model = build_model(cfg)
     model.load_weights(weights)
-    names = [layer.name for layer in model.layers if re.fullmatch(r"retnet_(cls|bbox)_conv_n\d+_fpn\d+_relu", layer.name)]
+    tower_relu = r"retnet_(cls|bbox)_conv_n\d+_fpn\d+_relu"
+    names = [layer.name for layer in model.layers if re.fullmatch(tower_relu, layer.name)]
     probe = keras.Model(model.inputs, {name: model.get_layer(name).output for name in names})
     means = np.array(cfg.PIXEL_MEANS, np.float32).reshape(1, 1, 3)
     active = {}
