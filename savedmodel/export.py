@@ -51,12 +51,15 @@ def export_saved_model(cfg, weights, out, mask_format="image", overwrite=False, 
     """Build the model of `cfg`, load `weights` (ours or a Detectron .pkl), write the SavedModel with its
     classes' names (`model_categories` of the weights' stored classes and `dataset_json`).
 
-    Returns the version directory. Raises ExportError when it exists and `overwrite` is False, ValueError
-    when `dataset_json` is bad or disagrees with the classes the weights store.
+    Returns the version directory. Raises ExportError when it exists and `overwrite` is False, or for `mask_format`
+    "roi" on a model without masks; ValueError when `dataset_json` is bad or disagrees with the classes the
+    weights store.
     `progress`: a bar over the steps (build, load, trace and write) on a terminal. Config keys tfdet does not
     implement for export raise tfdet.config.ConfigError first (`tfdet.config.support`).
     """
     check_supported(cfg, "export")
+    if mask_format != "image" and not cfg.MODEL.MASK_ON:
+        raise ExportError(no_masks(mask_format))
     out = version_directory(out)
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists; pass --overwrite to replace that version")
@@ -103,6 +106,11 @@ def export_saved_model(cfg, weights, out, mask_format="image", overwrite=False, 
     return out
 
 
+def no_masks(mask_format):
+    """The refusal of a mask format for a model without masks: the option would change nothing."""
+    return f"--mask-format {mask_format} applies to a model with masks, and this one has none (MODEL.MASK_ON False)"
+
+
 def replace_version(staging, out):
     """Rename the finished export `staging` to `out`; an existing `out` is swapped out as late as possible."""
     if not out.exists():
@@ -128,8 +136,8 @@ def _parse(argv):
     parser.add_argument(
         "--mask-format",
         choices=MASK_FORMATS,
-        default="image",
-        help="image: binary masks pasted to the image size (default); roi: M x M probabilities per box",
+        help="image: binary masks pasted to the image size (default); roi: M x M probabilities per box "
+        "(models with masks only)",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing version")
     parser.add_argument(
@@ -149,13 +157,16 @@ def main(argv=None):
     try:
         version_directory(args.out)
         cfg = load_config(args.cfg, args.opts)
+        if args.mask_format is not None and not cfg.MODEL.MASK_ON:
+            raise ExportError(no_masks(args.mask_format))
+        mask_format = args.mask_format or "image"
         out = export_saved_model(
-            cfg, args.weights, args.out, args.mask_format, args.overwrite, progress=True, dataset_json=args.dataset_json
+            cfg, args.weights, args.out, mask_format, args.overwrite, progress=True, dataset_json=args.dataset_json
         )
     except (ExportError, ValueError, FileNotFoundError, WeightFileError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    masks = f"; {args.mask_format} masks" if cfg.MODEL.MASK_ON else ""
+    masks = f"; {mask_format} masks" if cfg.MODEL.MASK_ON else ""
     size_mb = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / 2**20
     print(f"wrote {out} in {time.perf_counter() - start:.1f} s, {size_mb:.0f} MB "
           f"(signatures serving_default, image_tensor{masks})")

@@ -123,3 +123,24 @@ def test_usage_errors(split, tmp_path, capsys):
     assert "predicts 17 keypoints, the dataset has 5" in capsys.readouterr().err
     assert main(["--dataset", "shapes_vall", "--results", "r.json"]) == 2
     assert "did you mean shapes_val" in capsys.readouterr().err
+
+
+def test_says_where_it_writes_when_no_output_folder_is_given(split, tmp_path, monkeypatch, capsys):
+    """Without --output the results go to the config's OUTPUT_DIR, relative to the working folder (or beside
+    --results): a line says which folder and why, before any is written. Flags may follow the KEY VALUE overrides."""
+    json_path, _ = split
+    results_path = tmp_path / "perfect.json"
+    results_path.write_text(json.dumps(perfect_results(json_path)))
+    monkeypatch.chdir(tmp_path)
+    assert main(["--cfg", str(CONFIG), "--results", str(results_path), "OUTPUT_DIR", "runs/eval", *AFFINE,
+                 "--annotations", str(json_path)]) == 0  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    said = lines.index(f"results and metrics go to {tmp_path / 'runs' / 'eval'} (the config's OUTPUT_DIR runs/eval; "
+                       "--output DIR writes elsewhere)")  # fmt: skip
+    assert said < min(i for i, line in enumerate(lines) if line.startswith("wrote "))
+    assert (tmp_path / "runs" / "eval" / "metrics_tiny.json").is_file()
+    assert main(["--results", str(results_path), "--annotations", str(json_path)]) == 0
+    said = f"results and metrics go to {tmp_path} (the folder of --results; --output DIR writes elsewhere)"
+    assert said in capsys.readouterr().out.splitlines()
+    assert main(["--results", str(results_path), "--annotations", str(json_path), "--output", "chosen"]) == 0
+    assert "go to" not in capsys.readouterr().out and (tmp_path / "chosen" / "metrics_tiny.json").is_file()

@@ -194,6 +194,10 @@ def test_video_with_videopose3d_archive(tmp_path, keypoint_predictor):
     assert metadata == {"w": 200, "h": 150}
     assert detected.all() and np.isfinite(keypoints).all()
     assert count_frames(output / "walk.avi.mp4") == 5
+    capture = cv2.VideoCapture(str(output / "walk.avi.mp4"))
+    size = capture.get(cv2.CAP_PROP_FRAME_WIDTH), capture.get(cv2.CAP_PROP_FRAME_HEIGHT)
+    capture.release()
+    assert size == (800, 600), "150-px frames are drawn 4x larger, as pictures of small images are"
 
     archive = np.load(output / "walk.avi.npz", allow_pickle=True)
     frame = archive["keypoints"][0][1][0]
@@ -257,13 +261,25 @@ def test_folder_with_broken_and_unusual_images(tmp_path, keypoint_predictor, cap
         keypoint_predictor, [str(folder), "--output-dir", str(output), "--thresh", "1.1", "--always-out"]
     )
     assert status == 1
-    errors = capsys.readouterr().err
+    printed = capsys.readouterr()
+    errors = printed.err
     assert "corrupt.jpg" in errors and "truncated.jpg" in errors
     assert "gray.jpg" not in errors and "alpha.png" not in errors and "deep.png" not in errors
-    np.testing.assert_array_equal(cv2.imread(str(output / "alpha.png.png")), photo)
-    np.testing.assert_array_equal(cv2.imread(str(output / "deep.png.png")), photo)
+    # Each failure is named once per line, as it happens and in the summary.
+    named = [line for line in (errors + printed.out).splitlines() if "corrupt.jpg" in line]
+    assert len(named) == 2 and all(line.count("corrupt.jpg") == 1 for line in named), named
+    # Off a terminal no progress bar is drawn: nothing for the summary to run into in a redirected log.
+    assert "\r" not in errors and "%|" not in errors
+    assert printed.out.startswith("3 images, 0 video frames")
+    # Pictures of images under 512 px are drawn 5x larger here (visualize.PICTURE_MIN_SIDE): pixel for pixel
+    # the image OpenCV enlarges, as read.
+    def enlarged(image):
+        return cv2.resize(image, (900, 600), interpolation=cv2.INTER_LINEAR)
+
+    np.testing.assert_array_equal(cv2.imread(str(output / "alpha.png.png")), enlarged(photo))
+    np.testing.assert_array_equal(cv2.imread(str(output / "deep.png.png")), enlarged(photo))
     np.testing.assert_array_equal(
-        cv2.imread(str(output / "gray.jpg.png")), np.dstack([cv2.imread(str(folder / "gray.jpg"), 0)] * 3)
+        cv2.imread(str(output / "gray.jpg.png")), enlarged(np.dstack([cv2.imread(str(folder / "gray.jpg"), 0)] * 3))
     )
     assert sorted(image_ids_by_name(output)) == ["alpha.png", "deep.png", "gray.jpg"]
 

@@ -112,11 +112,16 @@ def test_grayscale_stacked_and_two_dimensional(predictor):
     np.testing.assert_array_equal(flat["boxes"], result["boxes"])
 
 
-def test_bad_images_are_refused_clearly(predictor):
+def test_bad_images_are_refused_clearly(predictor, tmp_path):
     with pytest.raises(ValueError, match="H x W x 3"):
         predictor.predict(np.zeros((5, 5, 4), np.uint8))
     with pytest.raises(ValueError, match="H x W x 3"):
         predictor.predict(np.zeros((0, 5, 3), np.uint8))
+    missing = cv2.imread(str(tmp_path / "no_such_photo.jpg"))  # None, as for any file OpenCV cannot read
+    for images in (missing, [demo_images()[0], missing]):
+        with pytest.raises(ValueError, match=r"^Expected an H x W x 3 BGR image, got None: cv2.imread returns None "
+                           r"for a missing or unreadable file \(check its path\)$"):
+            predictor.predict(images)
 
 
 @pytest.mark.parametrize("name", ["e2e_keypoint_rcnn_R-50-FPN_1x.yaml", "e2e_mask_rcnn_R-50-C4_1x.yaml"])

@@ -459,6 +459,21 @@ def test_unsafe_weight_file_is_refused_and_writes_nothing(tmp_path, capsys):
     assert not (tmp_path / "serving").exists()
 
 
+@pytest.mark.parametrize("mask_format", ["roi", "image"])
+def test_mask_format_of_a_model_without_masks_is_refused(tmp_path, capsys, mask_format):
+    """--mask-format (either) on a model without masks would change nothing: refused before any work."""
+    out = tmp_path / "serving" / TINY / "1"
+    argv = ["--cfg", str(TINY_CONFIG), "--weights", "unused.weights.h5", "--out", str(out), "--mask-format",
+            mask_format, "MODEL.MASK_ON", "False"]  # fmt: skip
+    assert export_main(argv) == 1
+    refusal = f"--mask-format {mask_format} applies to a model with masks, and this one has none (MODEL.MASK_ON False)"
+    assert capsys.readouterr().err == f"error: {refusal}\n"
+    assert not (tmp_path / "serving").exists()
+    if mask_format == "roi":  # from Python too; "image" is export_saved_model's default, for every model
+        with pytest.raises(ExportError, match=re.escape(refusal)):
+            export_saved_model(load_config(TINY_CONFIG, ["MODEL.MASK_ON", "False"]), "unused.weights.h5", out, "roi")
+
+
 def test_replace_version_swaps_whole_folders(tmp_path):
     old, staging = tmp_path / "model" / "3", tmp_path / "model" / ".3-export-x"
     old.mkdir(parents=True)

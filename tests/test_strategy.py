@@ -3,6 +3,7 @@ update as `default` on the same global batch (the workers are child processes ru
 
 import json
 import os
+import re
 
 import keras
 import numpy as np
@@ -156,8 +157,11 @@ def test_build_strategy_checks_replicas_and_environment(monkeypatch):
         build_strategy(strategy_cfg(2, strategy="default"))
     if not tf.config.list_logical_devices("GPU"):
         cpus = len(tf.config.list_logical_devices("CPU"))  # the test processes' split (conftest.py)
-        with pytest.raises(ValueError, match=rf"no GPU and {cpus} logical CPU.*make_logical_cpus\({cpus + 1}\)"):
-            build_strategy(strategy_cfg(cpus + 1))
+        # the command-line overrides for 1 device: the learning rate / (cpus + 1), the iterations x (cpus + 1)
+        n = cpus + 1
+        advice = f'NUM_GPUS 1 SOLVER.BASE_LR {0.1 / n:g} SOLVER.MAX_ITER {3 * n} SOLVER.STEPS "[0, {2 * n}]"'
+        with pytest.raises(ValueError, match=rf"^NUM_GPUS is {n} but this machine has no GPU: .* {re.escape(advice)} "):
+            build_strategy(strategy_cfg(n))
     monkeypatch.delenv("TF_CONFIG", raising=False)
     with pytest.raises(ValueError, match="reads the cluster from TF_CONFIG, which is not set"):
         build_strategy(strategy_cfg(2, strategy="multi_worker"))

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import pathlib
+import shlex
 import shutil
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from training_fixtures import AFFINE_BODY, ONE_SAMPLE_ROI_ALIGN, TINY_CONFIG, fu
 from tfdet.data import shapes
 from tfdet.data.model_labels import read_model_categories
 from tfdet.engine.lr_schedule import lr_at_iter
-from tfdet.train import main
+from tfdet.train import main, parse_args
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 # 4 iterations: warm-up over the first 2, checkpoints at 2 and 4, an LR step (and momentum correction) at 3,
@@ -181,3 +182,26 @@ def test_bad_command_lines_are_one_line_errors(tmp_path, capsys):
     assert main(["--cfg", str(TINY_CONFIG), "SOLVER.MAX_ITERS", "5"]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("error: ") and "SOLVER.MAX_ITER" in error and len(error.splitlines()) == 1
+    assert main(["--cfg", str(TINY_CONFIG), "SOLVER.MAX_ITER", "5", "--no-such-flag"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.endswith("'--no-such-flag' in a KEY's place looks like a flag: give flags before the KEY VALUE pairs")
+
+
+def test_flags_may_follow_the_overrides():
+    args = parse_args(["--cfg", "x.yaml", "OUTPUT_DIR", "out", "SOLVER.MAX_ITER", "5", "--skip-test", "--verbose"])
+    assert args.skip_test and args.verbose and args.opts == ["OUTPUT_DIR", "out", "SOLVER.MAX_ITER", "5"]
+
+
+def test_more_gpus_than_the_machine_has_is_refused_with_the_overrides_that_train_here(tmp_path, capsys):
+    """A zoo config's NUM_GPUS 8 on a CPU machine: the one-line error is command-line advice, the overrides of
+    Detectron's linear rule (1/8 of the images per iteration: LR / 8, 8x the iterations), which then load."""
+    argv = ["--cfg", str(TINY_CONFIG), "OUTPUT_DIR", str(tmp_path / "run"), "NUM_GPUS", "8", "--skip-test"]
+    assert main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    advice = 'NUM_GPUS 1 SOLVER.BASE_LR 0.0025 SOLVER.MAX_ITER 16000 SOLVER.STEPS "[0, 12000, 14400]"'
+    assert error.startswith(f"error: NUM_GPUS is 8 but this machine has no GPU: to train on its CPU, end the command "
+                            f"line with {advice} (Detectron's linear rule")  # fmt: skip
+    assert len(error.splitlines()) == 1 and "make_logical_cpus" not in error
+    cfg = tiny_cfg("NUM_GPUS", "8", *shlex.split(advice))
+    schedule = cfg.NUM_GPUS, cfg.SOLVER.BASE_LR, cfg.SOLVER.MAX_ITER, cfg.SOLVER.STEPS
+    assert schedule == (1, 0.0025, 16000, [0, 12000, 14400])

@@ -1,5 +1,6 @@
 """Drawing functions of tfdet.visualize: pixels change where expected, inputs stay untouched."""
 
+import cv2
 import numpy as np
 import pytest
 
@@ -15,6 +16,9 @@ from tfdet.visualize import (
     keypoint_colours,
     rainbow,
 )
+
+# The tests of drawing itself keep the image's size; `test_small_images_are_drawn_enlarged` checks enlarging.
+SAME_SIZE = {"min_side": 0}
 
 
 @pytest.fixture
@@ -127,23 +131,23 @@ def _detections(n, shape, masks=True, keypoints=True):
 
 
 def test_no_detections_give_an_unchanged_copy(photo):
-    out = draw_detections(photo, _detections(0, photo.shape))
+    out = draw_detections(photo, _detections(0, photo.shape), **SAME_SIZE)
     assert out is not photo
     np.testing.assert_array_equal(out, photo)
-    out = draw_detections(photo, _detections(0, photo.shape, masks=False, keypoints=False))
+    out = draw_detections(photo, _detections(0, photo.shape, masks=False, keypoints=False), **SAME_SIZE)
     np.testing.assert_array_equal(out, photo)
 
 
 def test_detections_are_drawn_above_threshold_only(photo):
     detections = _detections(2, photo.shape)
     before = photo.copy()
-    both = draw_detections(photo, detections, COCO_CLASSES, thresh=0.5)
+    both = draw_detections(photo, detections, COCO_CLASSES, thresh=0.5, **SAME_SIZE)
     np.testing.assert_array_equal(photo, before)
     assert both.shape == photo.shape and both.dtype == np.uint8
     changed = np.any(both != photo, axis=2)
     assert changed[40:70, 20:50].mean() > 0.9  # first mask's inside
     assert changed[30:90, 85:135].mean() > 0.9  # second mask's inside
-    first_only = draw_detections(photo, detections, COCO_CLASSES, thresh=0.85)
+    first_only = draw_detections(photo, detections, COCO_CLASSES, thresh=0.85, **SAME_SIZE)
     changed = np.any(first_only != photo, axis=2)
     assert changed[40:70, 20:50].mean() > 0.9
     assert not changed[30:90, 100:135].any(), "the 0.8 detection is below the 0.85 threshold"
@@ -152,3 +156,41 @@ def test_detections_are_drawn_above_threshold_only(photo):
 def test_detections_refuse_non_bgr_images():
     with pytest.raises(ValueError, match="H x W x 3"):
         draw_detections(np.zeros((10, 10), np.uint8), _detections(0, (10, 10)))
+
+
+def test_small_images_are_drawn_enlarged_with_every_box_on_its_pixels():
+    """A 192 x 240 image is drawn 3x (576 x 720), where a label's text is 10 px high instead of 5: its box
+    outlines the same pixels (f x1 .. f x2 + f - 1), its mask covers them, a keypoint stays on its pixel."""
+    image = np.full((192, 240, 3), 90, np.uint8)
+    image[60:100, 40:90] = 220  # the object: pixels x 40..89, y 60..99
+    mask = np.zeros((1, 192, 240), bool)
+    mask[0, 60:100, 40:90] = True
+    box = {"boxes": np.array([[40, 60, 89, 99]], np.float32), "scores": np.array([0.9], np.float32),
+           "classes": np.array([1], np.int32)}
+    boxed = draw_detections(image, box, ["bg", "triangle"], thresh=0.5)
+    assert boxed.shape == (576, 720, 3)
+    plain = cv2.resize(image, (720, 576), interpolation=cv2.INTER_LINEAR)
+    changed = np.any(boxed != plain, axis=2)
+    assert np.flatnonzero(changed[:, 200]).tolist() == [180, 299]  # top and bottom edges: rows 3 * 60, 3 * 99 + 2
+    assert np.flatnonzero(changed[240]).tolist() == [120, 269]  # left and right edges
+    assert np.flatnonzero(changed[:180].any(axis=1)).size >= 12, "a label band above the box, for text 10 px high"
+
+    masked = draw_detections(image, {**box, "masks": mask}, ["bg", "triangle"], thresh=0.5)
+    tinted = np.any(masked != boxed, axis=2)
+    assert tinted[183:297, 123:267].all(), "the mask covers the object's pixels"
+    outside = np.ones(tinted.shape, bool)
+    outside[177:303, 117:273] = False
+    assert not tinted[outside].any(), "and nothing beyond its contour"
+
+    keypoints = np.zeros((1, 3, 3), np.float32)
+    keypoints[0, :, :2], keypoints[0, :, 2] = [[40, 60], [89, 99], [64, 80]], 5.0  # corner and middle pixels
+    dotted = draw_detections(image, {**box, "keypoints": keypoints}, ["bg", "triangle"], thresh=0.5, skeleton=())
+    dots = np.any(dotted != boxed, axis=2)
+    for x, y in [(121, 181), (268, 298), (193, 241)]:  # f x + (f - 1) / 2: the middle of each pixel's 3 x 3
+        columns, rows = np.flatnonzero(dots[y, x - 8 : x + 9]), np.flatnonzero(dots[y - 8 : y + 9, x])
+        assert columns.min() + columns.max() == 16 and rows.min() + rows.max() == 16, (x, y)
+
+
+def test_pictures_of_large_images_keep_their_size(photo):
+    large = cv2.resize(photo, (800, 600))
+    assert draw_detections(large, _detections(2, large.shape), thresh=0.5).shape == large.shape

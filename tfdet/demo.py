@@ -38,7 +38,7 @@ import time
 import numpy as np
 import pycocotools.mask as mask_util
 
-from tfdet.console import add_verbose_flag
+from tfdet.console import add_verbose_flag, parse_args_with_overrides
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "shapes_tiny_mask_keypoint.yaml"
@@ -59,8 +59,10 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="seed of the shapes painted on the photo (0)")
     parser.add_argument("--thresh", type=float, default=0.5, help="score threshold of the pictures (0.5)")
     add_verbose_flag(parser)
-    parser.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides: KEY VALUE ...")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "opts", nargs=argparse.REMAINDER, help="config overrides: KEY VALUE ... (flags may also follow them)"
+    )
+    return parse_args_with_overrides(parser, argv)
 
 
 class StageFailed(Exception):

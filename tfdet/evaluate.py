@@ -28,7 +28,7 @@ from tqdm import tqdm
 from tfdet.config import load_config
 from tfdet.config.errors import ConfigError
 from tfdet.config.support import check_supported
-from tfdet.console import add_verbose_flag
+from tfdet.console import add_verbose_flag, parse_args_with_overrides
 from tfdet.data.catalog import DatasetSpec, check_evaluation_dataset, get_dataset
 from tfdet.evaluation import (
     detections_to_coco,
@@ -69,8 +69,10 @@ def parse_args(argv=None):
     parser.add_argument("--results", help="evaluate this COCO results json instead of running a model")
     parser.add_argument("--output", help="folder for the results and metrics json (default: OUTPUT_DIR)")
     parser.add_argument("--batch-size", type=int, help="images per model call (default: TEST.IMS_PER_BATCH, else 1)")
-    parser.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides: KEY VALUE ...")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "opts", nargs=argparse.REMAINDER, help="config overrides: KEY VALUE ... (flags may also follow them)"
+    )
+    return parse_args_with_overrides(parser, argv)
 
 
 def main(argv=None):
@@ -82,6 +84,8 @@ def main(argv=None):
             check_supported(cfg, "evaluation", [dataset.name for dataset in datasets])
             if args.results is None:
                 check_supported(cfg, "inference")
+        if not args.output:
+            print(f"results and metrics go to {_output_dir(args, cfg).resolve()} ({_output_origin(args, cfg)})")
         return max([_evaluate(args, cfg, dataset) for dataset in datasets])
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -94,7 +98,7 @@ def main(argv=None):
 def _evaluate(args, cfg, dataset):
     """Evaluate on one dataset (a model run, or --results); the exit status."""
     coco_gt = _checked(load_coco, dataset.annotation_file)
-    output_dir = pathlib.Path(args.output or (cfg.OUTPUT_DIR if cfg is not None else pathlib.Path(args.results).parent))
+    output_dir = _output_dir(args, cfg)
     unreadable, results_path = [], None
     if args.results:
         results = _checked(read_results, args.results)
@@ -128,6 +132,17 @@ def _evaluate(args, cfg, dataset):
             print(f"  {message}", file=sys.stderr)
         return 1
     return 0
+
+
+def _output_dir(args, cfg):
+    """Where results and metrics go: --output, else the config's OUTPUT_DIR, else the folder of --results."""
+    return pathlib.Path(args.output or (cfg.OUTPUT_DIR if cfg is not None else pathlib.Path(args.results).parent))
+
+
+def _output_origin(args, cfg):
+    """Why `_output_dir` is that folder, when --output did not name it."""
+    origin = f"the config's OUTPUT_DIR {cfg.OUTPUT_DIR}" if cfg is not None else "the folder of --results"
+    return f"{origin}; --output DIR writes elsewhere"
 
 
 def _checked(function, *args):

@@ -13,7 +13,8 @@ by name instead of --cfg and --weights, ported once into $TFDET_CACHE/zoo/NAME (
 Written to the output folder, each named after its input file (Detectron's `<file name>.<ext>`):
 - `<name>.<output-ext>`: the picture (png, jpg or pdf; pdf is a one-page raster PDF, as OpenCV
   writes no PDF). As in Detectron, an image with no detection scoring >= --thresh gets no
-  picture unless --always-out is given;
+  picture unless --always-out is given. An image under 512 px on its shorter side is drawn enlarged by
+  a whole factor, its boxes on the same pixels, so that every label can be read (`tfdet.visualize`);
 - `<name>.mp4`: for a video, every frame annotated (mp4v);
 - `<name>.npz`: with --videopose3d, VideoPose3D's 2D detections of a video (`tfdet.videopose3d`);
 - `detections.json`: COCO results (every detection the model keeps, whatever --thresh) of the whole
@@ -23,7 +24,8 @@ Written to the output folder, each named after its input file (Detectron's `<fil
 Classes are named, and results carry dataset category ids, as the weights file stores them (a model
 trained or ported by tfdet; `tfdet.data.model_labels`); --dataset-json names the classes of weights
 that store none and must agree with those that do; else COCO's for 81 classes, else ids.
-Unreadable inputs are reported and skipped; the exit status is 1 if any failed.
+Unreadable inputs are reported and skipped; the exit status is 1 if any failed. Progress bars are drawn only
+on a terminal: a redirected log holds the errors and the summary.
 """
 
 if __name__ == "__main__":  # before TensorFlow is imported: its native log records stay off the terminal
@@ -151,8 +153,10 @@ class RunLog:
     frames: int = 0
 
     def fail(self, path, error):
-        self.failures.append((str(path), str(error)))
-        tqdm.write(f"error: {error}" if str(path) in str(error) else f"error: {path}: {error}", file=sys.stderr)
+        """Record and report an input that failed, named once (most errors name their file already)."""
+        message = str(error) if str(path) in str(error) else f"{path}: {error}"
+        self.failures.append(message)
+        tqdm.write(f"error: {message}", file=sys.stderr)
 
     def summary(self, thresh):
         still = len(self.images) - self.frames
@@ -172,7 +176,7 @@ class RunLog:
                 )
         if self.failures:
             lines.append(f"{len(self.failures)} inputs failed:")
-            lines += [f"  {path}: {reason}" for path, reason in self.failures]
+            lines += [f"  {message}" for message in self.failures]
         return "\n".join(lines)
 
 
@@ -205,10 +209,9 @@ class Runner:
             image, detections, names, self.args.thresh, self.args.kp_thresh, self.categories.skeleton
         )
 
-    def image(self, path, progress):
+    def image(self, path):
         image = read_image(path)
         detections, results = self.detect(image, str(path))
-        progress.update(1)
         if not self.args.no_vis and (self.args.always_out or np.any(detections["scores"] >= self.args.thresh)):
             write_picture(self.output / f"{path.name}.{self.args.output_ext}", self.draw(image, detections))
             self.log.pictures += 1
@@ -218,7 +221,7 @@ class Runner:
         frames = VideoFrames(path)
         archive = VideoPose3DArchive(self.predictor.cfg.MODEL.NUM_CLASSES) if self.args.videopose3d else None
         writer, size, video_results = None, None, []
-        bar = tqdm(frames, total=frames.frame_count or None, unit="frame", desc=path.name, leave=False)
+        bar = tqdm(frames, total=frames.frame_count or None, unit="frame", desc=path.name, leave=False, disable=None)
         try:
             for index, frame in enumerate(bar):
                 detections, results = self.detect(frame, str(path), frame=index)
@@ -226,13 +229,12 @@ class Runner:
                 video_results += results
                 if archive is not None:
                     archive.add(detections)
-                if size is None:
-                    size = frame.shape[1], frame.shape[0]
-                    if not self.args.no_vis:
-                        writer = open_video_writer(self.output / f"{path.name}.mp4", frames.fps, size)
-                if writer is not None:
-                    drawn = self.draw(frame, detections)
-                    writer.write(drawn if drawn.shape[1::-1] == size else cv2.resize(drawn, size))
+                size = size or (frame.shape[1], frame.shape[0])
+                if not self.args.no_vis:
+                    drawn = self.draw(frame, detections)  # a small video's frames are drawn enlarged
+                    picture_size = drawn.shape[1], drawn.shape[0]
+                    writer = writer or open_video_writer(self.output / f"{path.name}.mp4", frames.fps, picture_size)
+                    writer.write(drawn)
         finally:
             bar.close()
             if writer is not None:
@@ -248,13 +250,16 @@ class Runner:
     def run(self, inputs):
         self.output.mkdir(parents=True, exist_ok=True)
         images = [p for p in inputs if not is_video(p)]
-        progress = tqdm(total=len(images), unit="img", disable=not images)
+        progress = tqdm(total=len(images), unit="img", disable=None if images else True)  # only on a terminal
         for path in inputs:
             try:
-                results = self.video(path) if is_video(path) else self.image(path, progress)
+                results = self.video(path) if is_video(path) else self.image(path)
             except INPUT_ERRORS as error:
                 self.log.fail(path, error)
                 continue
+            finally:
+                if not is_video(path):
+                    progress.update(1)
             if self.args.json_per_input:
                 write_results(self.output / f"{path.name}.json", results)
         progress.close()

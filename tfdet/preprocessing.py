@@ -14,6 +14,9 @@ def image_scale(height, width, target_size, max_size):
 
 def as_bgr_image(image):
     """An H x W x 3 array of `image` (H x W and H x W x 1 grayscale are repeated over 3 channels)."""
+    if image is None:  # what cv2.imread gives for a missing path, before anything reads it as a 0-d array
+        raise ValueError("Expected an H x W x 3 BGR image, got None: cv2.imread returns None for a missing or "
+                         "unreadable file (check its path)")
     image = np.asarray(image)
     if image.ndim == 2:
         image = image[:, :, None]

@@ -2,7 +2,8 @@
 
     python -m tfdet.train --cfg X.yaml [--skip-test] [--multi-gpu-testing] [KEY VALUE ...]
 
-Trailing KEY VALUE pairs override config keys (e.g. `OUTPUT_DIR out SOLVER.MAX_ITER 1000`).
+Trailing KEY VALUE pairs override config keys (e.g. `OUTPUT_DIR out SOLVER.MAX_ITER 1000`); the flags may
+also follow them (`... SOLVER.MAX_ITER 1000 --skip-test`).
 OUTPUT_DIR receives the checkpoints (`model_iter-<N>`, every TRAIN.SNAPSHOT_ITERS / NUM_GPUS
 iterations), `metrics.json` (Detectron's json_stats records, also printed), `tensorboard/`, and
 at the end `model_final.weights.h5` with `config.yaml` (what `tfdet.infer`, `tfdet.evaluate` and
@@ -33,7 +34,7 @@ import sys
 from tfdet import evaluate
 from tfdet.config import check_supported, load_config
 from tfdet.config.errors import ConfigError
-from tfdet.console import add_verbose_flag
+from tfdet.console import add_verbose_flag, parse_args_with_overrides
 
 
 def parse_args(argv=None):
@@ -43,8 +44,10 @@ def parse_args(argv=None):
     parser.add_argument("--skip-test", action="store_true", help="do not evaluate the final model")
     parser.add_argument("--multi-gpu-testing", action="store_true",
                         help="accepted for Detectron's command lines (evaluation runs in this process)")
-    parser.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides: KEY VALUE ...")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "opts", nargs=argparse.REMAINDER, help="config overrides: KEY VALUE ... (flags may also follow them)"
+    )
+    return parse_args_with_overrides(parser, argv)
 
 
 def main(argv=None):

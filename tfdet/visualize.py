@@ -4,7 +4,9 @@ Translucent masks (light palette colour, half opacity, white contour), thin gree
 "class score" labels on a translucent green band, and keypoint skeletons with Detectron's
 `vis_keypoints` rainbow colours and its mid-shoulder/mid-hip lines. Detections are drawn largest
 first so small objects stay on top. Line widths and text grow with the image, so a label stays
-legible on a large photo. No function modifies the image it is given.
+legible on a large photo; a small image (a 128-px shapes image) is drawn enlarged by a whole factor, to
+PICTURE_MIN_SIDE px or more on its shorter side, since text small enough to fit it cannot be read. No
+function modifies the image it is given.
 """
 
 import colorsys
@@ -21,6 +23,7 @@ MASK_WHITENING = 0.4  # ... with the palette colour moved 40% toward white
 BOX_ALPHA = 0.6
 LABEL_ALPHA = 0.6
 KEYPOINT_ALPHA = 0.7  # vis_keypoints blends the skeleton at 0.7
+PICTURE_MIN_SIDE = 512  # pictures of smaller images are drawn enlarged, where labels of 9 px or more fit
 
 # MATLAB's "lines" colours open Detectron's colormap; golden-ratio hues follow for more objects.
 _FIRST_COLOURS_RGB = (
@@ -120,15 +123,19 @@ def draw_keypoints(image, keypoints, kp_thresh=2.0, alpha=KEYPOINT_ALPHA, thickn
     return out
 
 
-def draw_detections(image, detections, class_names=None, thresh=0.7, kp_thresh=2.0, skeleton=None):
+def draw_detections(
+    image, detections, class_names=None, thresh=0.7, kp_thresh=2.0, skeleton=None, min_side=PICTURE_MIN_SIDE
+):
     """Copy of BGR uint8 `image` with the detections scoring >= `thresh` drawn (Predictor.predict's dict).
 
     `class_names[i]` names class id i (COCO_CLASSES for 81-class models); without names, ids are shown.
-    `skeleton`: the keypoint edges (see `draw_keypoints`).
+    `skeleton`: the keypoint edges (see `draw_keypoints`). An image whose shorter side is under `min_side`
+    is drawn enlarged (`enlarge`); 0 draws every image at its own size.
     """
     image = np.asarray(image)
     if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
         raise ValueError(f"Expected an H x W x 3 uint8 BGR image, got {image.dtype} {image.shape}")
+    image, detections = enlarge(image, detections, min_side)
     boxes = np.asarray(detections["boxes"], np.float64).reshape(-1, 4)
     scores = np.asarray(detections["scores"], np.float64).reshape(-1)
     classes = np.asarray(detections["classes"]).reshape(-1)
@@ -150,6 +157,29 @@ def draw_detections(image, detections, class_names=None, thresh=0.7, kp_thresh=2
         label = class_label(classes[i], scores[i], class_names)
         _draw_label(out, (boxes[i, 0], boxes[i, 1] - 2), label, scale.font_scale, scale.font_thickness, LABEL_ALPHA)
     return out
+
+
+def enlarge(image, detections, min_side):
+    """(image, detections) scaled up by the smallest whole factor f that takes the image's shorter side to
+    `min_side` or more (unchanged if it is there already): pixel i becomes pixels f i .. f i + f - 1, so a box
+    spans the same pixels (x1 -> f x1, x2 -> f x2 + f - 1), a keypoint stays on its pixel (x -> f x + (f - 1) / 2,
+    where cv2.resize puts that pixel's centre) and a mask covers the same ones."""
+    shorter = min(image.shape[:2])
+    factor = -(-min_side // shorter) if shorter else 1
+    if factor <= 1:
+        return image, detections
+    height, width = image.shape[:2]
+    enlarged = cv2.resize(image, (width * factor, height * factor), interpolation=cv2.INTER_LINEAR)
+    scaled = dict(detections)
+    boxes = np.asarray(detections["boxes"], np.float64).reshape(-1, 4) * factor
+    scaled["boxes"] = boxes + np.array([0, 0, factor - 1, factor - 1])
+    if detections.get("masks") is not None:
+        scaled["masks"] = np.asarray(detections["masks"], bool).repeat(factor, axis=1).repeat(factor, axis=2)
+    if detections.get("keypoints") is not None:
+        keypoints = np.array(detections["keypoints"], np.float64)
+        keypoints[..., :2] = keypoints[..., :2] * factor + (factor - 1) / 2
+        scaled["keypoints"] = keypoints
+    return enlarged, scaled
 
 
 # The drawing itself works in place on `out`, and only inside the region it touches (fast on big photos).

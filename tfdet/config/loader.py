@@ -77,8 +77,13 @@ def flatten_keys(mapping: Mapping, prefix: str = "") -> Iterator[tuple[str, obje
 
 def _pairs(overrides: Sequence[object]) -> Iterator[tuple[str, object]]:
     """(key, value) pairs of a flat ["KEY", "VALUE", ...] list."""
-    if isinstance(overrides, str) or len(overrides) % 2:
-        raise ConfigError(f"Overrides must be a list of KEY VALUE pairs, got {overrides!r}")
+    keys = [] if isinstance(overrides, str) else overrides[0::2]
+    flags = [key for key in keys if isinstance(key, str) and key.startswith("-")]
+    if isinstance(overrides, str) or len(overrides) % 2 or flags:
+        hint = ""
+        if flags:
+            hint = f"; {flags[0]!r} in a KEY's place looks like a flag: give flags before the KEY VALUE pairs"
+        raise ConfigError(f"Overrides must be a list of KEY VALUE pairs, got {overrides!r}{hint}")
     for key, value in zip(overrides[0::2], overrides[1::2]):
         if not isinstance(key, str):
             raise ConfigError(f"Override key {key!r} is not a string (in {overrides!r})")

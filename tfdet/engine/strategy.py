@@ -53,7 +53,7 @@ def build_strategy(cfg):
     if name == "default":
         strategy = tf.distribute.get_strategy()
     elif name == "mirrored":
-        strategy = tf.distribute.MirroredStrategy(devices=_mirrored_devices(cfg.NUM_GPUS))
+        strategy = tf.distribute.MirroredStrategy(devices=_mirrored_devices(cfg))
     else:
         if not os.environ.get("TF_CONFIG"):
             raise ValueError("TFDET.STRATEGY multi_worker reads the cluster from TF_CONFIG, which is not set")
@@ -66,20 +66,36 @@ def build_strategy(cfg):
     return strategy
 
 
-def _mirrored_devices(count):
-    """The first `count` GPUs, or the first `count` logical CPUs when there is no GPU."""
+def _mirrored_devices(cfg):
+    """The first NUM_GPUS GPUs, or the first NUM_GPUS logical CPUs when there is no GPU."""
+    count = cfg.NUM_GPUS
     gpus = tf.config.list_logical_devices("GPU")
     if gpus:
         if len(gpus) < count:
-            raise ValueError(f"NUM_GPUS is {count} but only {len(gpus)} GPU(s) are visible")
+            raise ValueError(
+                f"NUM_GPUS is {count} but only {len(gpus)} GPU(s) are visible: to train on them, end the command "
+                f"line with {_fewer_devices(cfg, len(gpus))}"
+            )
         return [device.name for device in gpus[:count]]
     cpus = tf.config.list_logical_devices("CPU")
     if len(cpus) < count:
         raise ValueError(
-            f"NUM_GPUS is {count} but there is no GPU and {len(cpus)} logical CPU(s); "
-            f"call tfdet.engine.strategy.make_logical_cpus({count}) first"
+            f"NUM_GPUS is {count} but this machine has no GPU: to train on its CPU, end the command line with "
+            f"{_fewer_devices(cfg, 1)}"
         )
     return [device.name for device in cpus[:count]]
+
+
+def _fewer_devices(cfg, count):
+    """The overrides that train `cfg` on `count` devices by Detectron's linear rule (learning rate in proportion
+    to the images per iteration, iterations in inverse proportion), and what they keep."""
+    factor = cfg.NUM_GPUS / count
+    steps = [round(step * factor) for step in cfg.SOLVER.STEPS]
+    return (
+        f"NUM_GPUS {count} SOLVER.BASE_LR {cfg.SOLVER.BASE_LR / factor:g} SOLVER.MAX_ITER "
+        f"{round(cfg.SOLVER.MAX_ITER * factor)} SOLVER.STEPS \"{steps}\" (Detectron's linear rule: the same schedule "
+        f"in images, {factor:g}x the iterations)"
+    )
 
 
 def global_batch_size(cfg, strategy):

@@ -1,0 +1,75 @@
+"""The README's commands run as written. Every bash and python block is marked with what it needs
+(`readme_blocks`), CI runs the README's test command, and the blocks marked to run do, in a fresh folder with
+stand-ins for the files they name (`readme_stand_ins`): the quick ones in the default suite, every one under
+`-m slow`, in the README's order (later blocks read what earlier ones wrote). A block fails on an exit status
+other than 0 or on a Python traceback in its output."""
+
+import subprocess
+import sys
+
+import pytest
+from readme_blocks import CI, RUNS, RUNS_SLOW, Block, readme_blocks, script
+from readme_stand_ins import REPO_ROOT, checkout, stand_ins
+
+BLOCKS = readme_blocks(REPO_ROOT / "README.md")
+RUNNABLE = [block for block in BLOCKS if block.mark in (RUNS, RUNS_SLOW)]
+TRACEBACK = "Traceback (most recent call last)"
+BLOCK_TIMEOUT_S = 1500
+
+
+def run_block(block, workspace, environment):
+    """Run `block` in `workspace` (bash: -e, each command echoed); the test fails with the block's output (only:
+    no traceback of the test, no environment) if a command fails or prints a traceback."""
+    if block.language == "bash":
+        command = ["bash", "-e", "-x", "-o", "pipefail", "-c", script(block)]
+    else:
+        command = [sys.executable, "-c", script(block)]
+    done = subprocess.run(command, cwd=workspace, env=environment, capture_output=True, text=True,
+                          timeout=BLOCK_TIMEOUT_S)  # fmt: skip
+    output = done.stdout + done.stderr
+    if done.returncode or TRACEBACK in output:
+        pytest.fail(f"{block.name} ({block.mark}): exit status {done.returncode}\n{output[-5000:]}", pytrace=False)
+
+
+def test_every_command_block_is_marked_with_what_it_needs():
+    problems = [block.mark_problem() for block in BLOCKS]
+    assert [problem for problem in problems if problem] == []
+    assert {block.mark for block in RUNNABLE} == {RUNS, RUNS_SLOW}
+
+
+def test_ci_runs_the_readmes_test_command():
+    (ci,) = [block for block in BLOCKS if block.mark == CI]
+    ci_script = (REPO_ROOT / ".ci" / "run").read_text()
+    assert all(line in ci_script.splitlines() for line in ci.text.splitlines()), ci.text
+
+
+def test_a_failing_command_or_a_traceback_fails_its_block(tmp_path):
+    environment = {"PATH": "/usr/bin:/bin"}
+    run_block(Block(1, "bash", "true\n", RUNS), tmp_path, environment)
+    for text in (f"{sys.executable} -c 'import no_such_module_here'\n", "exit 3\n",
+                 f"echo '{TRACEBACK}:' && true\n"):  # fmt: skip
+        with pytest.raises(pytest.fail.Exception, match="README.md:1"):
+            run_block(Block(1, "bash", text, RUNS), tmp_path, environment)
+
+
+def test_quick_blocks_run(tmp_path):
+    workspace = tmp_path / "checkout"
+    environment = checkout(workspace)
+    for block in RUNNABLE:
+        if block.mark == RUNS:
+            run_block(block, workspace, environment)
+
+
+@pytest.fixture(scope="module")
+def slow_checkout(tmp_path_factory):
+    """(folder, environment) of a checkout with every stand-in, shared by the module's slow blocks in order."""
+    workspace = tmp_path_factory.mktemp("readme") / "checkout"
+    environment = checkout(workspace)
+    stand_ins(workspace)
+    return workspace, environment
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", RUNNABLE, ids=[block.name for block in RUNNABLE])
+def test_block_runs(slow_checkout, block):
+    run_block(block, *slow_checkout)
