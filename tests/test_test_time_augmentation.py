@@ -181,3 +181,9 @@ def test_x152_test_section_on_a_detectron_file_matches_numpy_reference(tmp_path)
     np.testing.assert_array_equal(got["classes"], [r[1] for r in rows])
     np.testing.assert_allclose(got["scores"], [r[0] for r in rows], rtol=0, atol=1e-5)
     np.testing.assert_allclose(got["boxes"], np.array([r[2] for r in rows]), rtol=0, atol=1e-2)
+
+
+def test_a_missing_image_is_one_line_with_augmentation_too(compared):
+    _, predictor, _, _ = compared
+    with pytest.raises(ValueError, match="got None: cv2.imread returns None for a missing or unreadable file"):
+        predictor.predict(None)

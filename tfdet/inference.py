@@ -10,7 +10,7 @@ from tfdet.graph_options import cpu_graph_options
 from tfdet.layers import placeholder_initialization
 from tfdet.mask_paste import paste_masks
 from tfdet.modeling import build_model
-from tfdet.preprocessing import model_inputs
+from tfdet.preprocessing import as_bgr_image, model_inputs
 from tfdet.test_time_augmentation import TestTimeAugmentation, uses_test_time_augmentation
 from tfdet.weights_file import load_weights, weights_file
 
@@ -77,6 +77,7 @@ class Predictor:
         return model_inputs(images, self.cfg, self.cfg.TEST.SCALE, self.cfg.TEST.MAX_SIZE)
 
     def _predict_batch(self, images):
+        images = [as_bgr_image(image) for image in images]  # a missing image (None) in one line, TTA included
         with cpu_graph_options():
             if self._augmentation is not None:
                 return [self._augmentation.detect(image, self._mask_paster(image.shape[:2])) for image in images]
