@@ -19,7 +19,8 @@ SHARED_DIR = REPO_ROOT.parent / "shared"
 # two workers in collection order; starting with the longest keeps both busy until the end instead of one
 # waiting while the other finishes a long module collected last. Only the order changes.
 LONGEST_FIRST = (
-    "test_savedmodel.py", "test_train_cli.py", "test_own_data_end_to_end.py", "test_predictor.py", "test_trainer.py",
+    "test_savedmodel.py", "test_readme.py", "test_train_cli.py", "test_own_data_end_to_end.py", "test_predictor.py",
+    "test_trainer.py",
     "test_mixed_precision.py", "test_domain_adaptation.py", "test_porting_zoo.py", "test_infer.py", "test_finetune.py",
     "test_class_names.py", "test_zoo.py", "test_generalized_rcnn.py",
     "test_roi_align.py", "test_porting.py", "test_savedmodel_client.py", "test_retinanet_training.py",
