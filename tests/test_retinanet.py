@@ -270,6 +270,7 @@ def test_predictor_infer_and_evaluate_run_a_retinanet(tmp_path, monkeypatch):
     import tfdet.inference
     from tfdet.evaluate import main as evaluate_main
     from tfdet.infer import parse_args, run
+    from tfdet.visualize import PICTURE_MIN_SIDE
 
     keras.utils.set_random_seed(7)
     predictor = Predictor(tiny_config(*SMALL))
@@ -285,7 +286,8 @@ def test_predictor_infer_and_evaluate_run_a_retinanet(tmp_path, monkeypatch):
     argv = ["--cfg", config, "--weights", "unused.weights.h5", "--input", str(tmp_path / "photo.jpg")]
     argv += ["--output", str(tmp_path / "pictures"), "--always-out", *TINY, *SMALL]
     assert run(parse_args(argv), predictor) == 0
-    assert cv2.imread(str(tmp_path / "pictures" / "photo.jpg.png")).shape == (90, 130, 3)
+    factor = -(-PICTURE_MIN_SIDE // 90)  # a picture of a small image is drawn enlarged by a whole factor
+    assert cv2.imread(str(tmp_path / "pictures" / "photo.jpg.png")).shape == (90 * factor, 130 * factor, 3)
     written = json.loads((tmp_path / "pictures" / "detections.json").read_text())
     assert 0 < len(written) <= len(result["scores"]) and {entry["category_id"] for entry in written} <= {1, 2, 3}
 
