@@ -156,6 +156,8 @@ def main(argv=None):
     start = time.perf_counter()
     try:
         version_directory(args.out)
+        if not pathlib.Path(args.cfg).is_file():
+            raise ExportError(f"config file not found: {args.cfg}")  # as tfdet.train and tfdet.evaluate say it
         cfg = load_config(args.cfg, args.opts)
         if args.mask_format is not None and not cfg.MODEL.MASK_ON:
             raise ExportError(no_masks(args.mask_format))

@@ -608,3 +608,11 @@ def test_slow_r50_model_is_served_like_the_predictor(images, tmp_path_factory, n
     check_batch(outputs[f"{name}/batch"], wants["batch"], DEMO_REQUESTS, predictor.cfg, images, blank_is_empty=True)
     check_undecodable(report, outputs, name, predictor.cfg, wants["after_bad"])
     check_stock_ops(out)
+
+
+def test_a_missing_config_file_is_one_line(tmp_path, capsys):
+    out = tmp_path / "serving" / TINY / "1"
+    missing = tmp_path / "outputs" / "run" / "config.yaml"
+    assert export_main(["--cfg", str(missing), "--weights", "unused.weights.h5", "--out", str(out)]) == 1
+    assert capsys.readouterr().err == f"error: config file not found: {missing}\n"
+    assert not (tmp_path / "serving").exists()
