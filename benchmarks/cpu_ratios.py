@@ -91,8 +91,10 @@ def summary(result):
 
 
 def cpu_bfloat16():
-    flags = pathlib.Path("/proc/cpuinfo").read_text() if pathlib.Path("/proc/cpuinfo").exists() else ""
-    found = sorted({flag for flag in ("avx512_bf16", "amx_bf16", "avx512f") if re.search(rf"\b{flag}\b", flags)})
+    """This CPU's bfloat16-related instruction sets, as tfdet's bfloat16 notice reads them."""
+    from tfdet.modeling.mixed_precision import cpu_flags
+
+    found = sorted(set(cpu_flags() or ()) & {"avx512_bf16", "amx_bf16", "avx512f"})
     return ", ".join(found) or "none of avx512f, avx512_bf16, amx_bf16"
 
 
