@@ -80,6 +80,17 @@ def test_demo_photos(predictor):
         check_contract(predictor.predict(image), image, predictor.cfg)
 
 
+def test_traced_once_at_construction_for_every_size(predictor):
+    """The graph is traced when the Predictor is made, so no predict() call traces it again, whatever the
+    image sizes and batch sizes (the first call's cost is the first run, not the trace)."""
+    traced = predictor._run.experimental_get_tracing_count()
+    assert traced == 1
+    images = demo_images()[:2]
+    predictor.predict(images[0][:200, :300])
+    predictor.predict(images)
+    assert predictor._run.experimental_get_tracing_count() == traced
+
+
 def test_batch_of_different_sizes(predictor):
     images = demo_images()[:2]
     images[1] = images[1][:300, :400]
