@@ -57,6 +57,18 @@ def test_threshold_compared_in_float64():
     assert list(run_nms(boxes, scores, 0.69, 10)) == [0]
 
 
+@pytest.mark.parametrize("thresh", [0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7, 0.8, 1 / 3])
+def test_float32_comparison_is_the_float64_one(thresh):
+    """Every float32 IoU next to a threshold compares as Cython's float64 `ovr >= thresh` does."""
+    near = np.float32(thresh)
+    values = [near]
+    for _ in range(3):
+        values = [np.nextafter(values[0], np.float32(0)), *values, np.nextafter(values[-1], np.float32(1))]
+    iou = np.array(values, np.float32)
+    got = nms_ops._suppresses(tf.constant(iou), thresh).numpy()
+    np.testing.assert_array_equal(got, iou.astype(np.float64) >= thresh)
+
+
 def test_max_output_and_padding(rng):
     boxes = clustered_boxes(rng, 200)
     scores = rng.permutation(200).astype(np.float32)
@@ -140,3 +152,33 @@ def test_per_class_nms_no_detection():
     scores[:, 0] = 0.97
     boxes, scores_out, classes, num = nms_ops.per_class_nms(tf.ones([10, 4, 4]), tf.constant(scores), 0.05, 0.5, 100)
     assert int(num) == 0 and boxes.shape == (100, 4) and not np.any(classes.numpy())
+
+
+@pytest.mark.parametrize("tile_size", [5, 64, 256])
+@pytest.mark.parametrize("dominant", [False, True])
+def test_grouped_nms_matches_detectron_per_class(rng, tile_size, dominant):
+    """grouped_nms (RetinaNet's candidates: one class each, all classes in one pass) against Detectron's NMS
+    per class on the numpy reference, then the best over classes; with a class holding most candidates,
+    invalid candidates, tied scores, and groups spanning tile borders (5-box tiles)."""
+    num, classes = (120 if tile_size == 5 else 500), 7
+    boxes = clustered_boxes(rng, num).astype(np.float32)
+    groups = rng.integers(0, classes, num)
+    if dominant:
+        groups[rng.random(num) < 0.8] = 3
+    scores = (rng.integers(1, num // 2, num) / num).astype(np.float32)  # many exact ties
+    valid = rng.random(num) < 0.9
+    limit = 40
+    idx, count = nms_ops.grouped_nms(
+        tf.constant(boxes), tf.constant(scores), tf.constant(groups, tf.int32), tf.constant(valid), 0.5, limit,
+        tile_size=tile_size,
+    )
+    got = idx.numpy()[: int(count)]
+    want = []
+    for group in range(classes):
+        members = np.flatnonzero(valid & (groups == group))
+        ordered = members[np.argsort(-scores[members], kind="stable")]  # ties: lower index first
+        dets = np.hstack([boxes[ordered], scores[ordered, None]])
+        want += [(group, rank, ordered[k]) for rank, k in enumerate(ref.nms(dets, 0.5))] if len(ordered) else []
+    want.sort(key=lambda r: (-scores[r[2]], r[0], r[1]))  # by score; ties: lower class, then the class's order
+    assert list(got) == [r[2] for r in want[:limit]]
+    assert np.all(idx.numpy()[int(count):] == 0)

@@ -14,6 +14,7 @@ ties is unspecified).
 
 from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 from tfdet.ops.box_voting import batched_box_voting
@@ -24,16 +25,32 @@ DEFAULT_TILE_SIZE = 256
 
 
 def _suppresses(iou, iou_threshold):
-    """Detectron's test `ovr >= thresh`, with float32 IoU compared in float64 as in Cython."""
+    """Detectron's test `ovr >= thresh`, with float32 IoU compared in float64 as in Cython.
+
+    For a Python threshold the comparison stays in float32, exactly: a float32 IoU is >= the float64
+    threshold iff it is >= the smallest float32 not below it (no float64 copy of every IoU)."""
+    if isinstance(iou_threshold, (int, float)) and iou.dtype == tf.float32:
+        return iou >= _float32_at_least(iou_threshold)
     return tf.cast(iou, tf.float64) >= tf.constant(iou_threshold, tf.float64)
 
 
-def _self_suppress(tile_boxes, tile_keep, iou_threshold):
-    """Greedy NMS inside one tile: (B, T) keep mask given the boxes not yet suppressed."""
+def _float32_at_least(value):
+    """The smallest float32 that is >= `value` (a Python float, i.e. float64)."""
+    rounded = np.float32(value)
+    if float(rounded) < value:
+        rounded = np.nextafter(rounded, np.float32(np.inf))
+    return float(rounded)
+
+
+def _self_suppress(tile_boxes, tile_keep, iou_threshold, same_group=None):
+    """Greedy NMS inside one tile: (B, T) keep mask given the boxes not yet suppressed (and, with
+    `same_group` (B, T, T), only boxes of one group suppressing each other)."""
     size = tf.shape(tile_boxes)[1]
     earlier = tf.linalg.band_part(tf.ones([size, size], tf.bool), 0, -1)
     earlier = tf.logical_and(earlier, tf.logical_not(tf.eye(size, dtype=tf.bool)))
     overlaps = tf.logical_and(_suppresses(pairwise_iou(tile_boxes, tile_boxes), iou_threshold), earlier)
+    if same_group is not None:
+        overlaps = tf.logical_and(overlaps, same_group)
 
     def step(current):
         suppressed = tf.reduce_any(tf.logical_and(overlaps, current[:, :, None]), axis=1)
@@ -60,19 +77,16 @@ def greedy_nms_mask(sorted_boxes, valid, iou_threshold, tile_size=DEFAULT_TILE_S
     padded = num_tiles * tile_size
     boxes = tf.pad(sorted_boxes, [[0, 0], [0, padded - num], [0, 0]])
     keep = tf.pad(tf.cast(valid, tf.bool), [[0, 0], [0, padded - num]])
-    positions = tf.range(padded)
 
     def body(tile, keep):
         start = tile * tile_size
-        tile_boxes = boxes[:, start : start + tile_size]
-        tile_keep = _self_suppress(tile_boxes, keep[:, start : start + tile_size], iou_threshold)
-        later = positions >= start + tile_size
-        overlaps = _suppresses(pairwise_iou(tile_boxes, boxes), iou_threshold)
-        overlaps = tf.logical_and(overlaps, tile_keep[:, :, None])
-        suppressed = tf.logical_and(tf.reduce_any(overlaps, axis=1), later[None, :])
-        tile_keep_full = tf.pad(tile_keep, [[0, 0], [start, padded - start - tile_size]])
-        in_tile = tf.logical_and(positions >= start, positions < start + tile_size)
-        keep = tf.where(in_tile[None, :], tile_keep_full, tf.logical_and(keep, tf.logical_not(suppressed)))
+        end = start + tile_size
+        tile_boxes = boxes[:, start:end]
+        tile_keep = _self_suppress(tile_boxes, keep[:, start:end], iou_threshold)
+        # Only the boxes after the tile can still be suppressed: the IoUs with them alone.
+        overlaps = _suppresses(pairwise_iou(tile_boxes, boxes[:, end:]), iou_threshold)
+        suppressed = tf.reduce_any(tf.logical_and(overlaps, tile_keep[:, :, None]), axis=1)
+        keep = tf.concat([keep[:, :start], tile_keep, tf.logical_and(keep[:, end:], tf.logical_not(suppressed))], 1)
         return tile + 1, keep
 
     _, keep = tf.while_loop(
@@ -109,6 +123,62 @@ def batched_nms(boxes, scores, iou_threshold, max_output_size, valid=None, tile_
     sorted_boxes = tf.gather(boxes, order, batch_dims=1)
     keep = greedy_nms_mask(sorted_boxes, sorted_valid, iou_threshold, tile_size)
     return _first_kept(order, keep, max_output_size)
+
+
+def grouped_nms(boxes, scores, groups, valid, iou_threshold, max_output_size, tile_size=DEFAULT_TILE_SIZE):
+    """Detectron-rule NMS of one image's candidates within each group (class), all groups in one pass.
+
+    The same result as `batched_nms` on one row per group, whose cost is (groups x the largest group's
+    size**2): with one dominant class (RetinaNet's 5000 candidates, mostly one class) that is 80 times the
+    work. Here the candidates are sorted by group, then score (ties: lower index), and each tile of
+    `tile_size` is compared only with the later candidates of its own groups.
+
+    Args:
+      boxes: (N, 4); scores: (N,); groups: (N,) int32 >= 0; valid: (N,) bool, the real candidates.
+    Returns:
+      indices (max_output_size,) int32 of the kept candidates by descending score (ties: lower group,
+      then the group's own order), padded with 0; num_kept () int32.
+    """
+    num = tf.shape(scores)[0]
+    by_score = tf.math.top_k(tf.where(valid, scores, -float("inf")), k=num, sorted=True).indices
+    last_group = tf.reduce_max(tf.concat([groups, [0]], axis=0)) + 1  # invalid candidates go after every group
+    order = tf.gather(by_score, tf.argsort(tf.gather(tf.where(valid, groups, last_group), by_score), stable=True))
+    width = tf.reduce_sum(tf.cast(valid, tf.int32))
+    order = order[:width]
+    sorted_boxes = tf.gather(boxes, order)
+    sorted_groups = tf.gather(groups, order)
+    group_ends = tf.searchsorted(sorted_groups, sorted_groups, side="right")  # one past each one's group
+
+    num_tiles = (width + tile_size - 1) // tile_size
+    padded = num_tiles * tile_size
+    boxes_padded = tf.pad(sorted_boxes, [[0, padded - width], [0, 0]])
+    groups_padded = tf.pad(sorted_groups, [[0, padded - width]], constant_values=-1)
+    keep = tf.range(padded) < width
+
+    def body(tile, keep):
+        start = tile * tile_size
+        end = start + tile_size
+        tile_groups = groups_padded[start:end]
+        same_group = tf.equal(tile_groups[:, None], tile_groups[None, :])[None]
+        tile_keep = _self_suppress(boxes_padded[None, start:end], keep[None, start:end], iou_threshold, same_group)[0]
+        # Later candidates of the tile's groups: they end where the group of the tile's last real one ends.
+        reach = tf.maximum(tf.gather(group_ends, tf.minimum(end, width) - 1), end)
+        overlaps = _suppresses(pairwise_iou(boxes_padded[start:end], boxes_padded[end:reach]), iou_threshold)
+        overlaps = tf.logical_and(overlaps, tf.equal(tile_groups[:, None], groups_padded[None, end:reach]))
+        suppressed = tf.reduce_any(tf.logical_and(overlaps, tile_keep[:, None]), axis=0)
+        keep = tf.concat(
+            [keep[:start], tile_keep, tf.logical_and(keep[end:reach], tf.logical_not(suppressed)), keep[reach:]], 0
+        )
+        return tile + 1, keep
+
+    _, keep = tf.while_loop(
+        lambda tile, _: tile < num_tiles, body, (tf.constant(0), keep), shape_invariants=(tf.TensorShape([]), tf.TensorShape([None]))
+    )
+    kept_scores = tf.where(keep[:width], tf.gather(scores, order), -float("inf"))
+    best = tf.math.top_k(kept_scores, k=tf.minimum(max_output_size, width), sorted=True)
+    num_kept = tf.reduce_sum(tf.cast(tf.math.is_finite(best.values), tf.int32))
+    indices = tf.where(tf.range(tf.size(best.indices)) < num_kept, tf.gather(order, best.indices), 0)
+    return tf.pad(indices, [[0, max_output_size - tf.size(indices)]]), num_kept
 
 
 def _first_kept(order, keep, max_output_size):

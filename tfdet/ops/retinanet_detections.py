@@ -14,7 +14,7 @@ import tensorflow as tf
 from tfdet.ops.anchors import shifted_anchors
 from tfdet.ops.boxes import clip_boxes, decode_boxes
 from tfdet.ops.map_fn import map_fn
-from tfdet.ops.nms import per_class_nms
+from tfdet.ops.nms import grouped_nms, per_class_nms
 
 
 def level_candidates(probs, deltas, cell_anchors, stride, threshold, top_n, apply_regression=True):
@@ -72,18 +72,30 @@ def retinanet_detections(
     boxes, scores, classes, valid = (tf.concat(parts, axis=1) for parts in zip(*candidates))
     image_info = tf.cast(image_info, tf.float32)
     boxes = clip_boxes(boxes / image_info[:, 2, None, None], image_info[:, 0], image_info[:, 1])
-    # One column per class (background column 0 stays empty): a candidate scores in its own class only;
-    # everything else scores -1, below any probability, and per_class_nms drops it (threshold -1).
-    in_class = tf.logical_and(tf.one_hot(classes + 1, num_classes, on_value=True, off_value=False), valid[..., None])
-    class_scores = tf.where(in_class, scores[..., None], -1.0)
 
     def select(args):
-        image_boxes, image_scores = args
-        return per_class_nms(image_boxes[:, None, :], image_scores, -1.0, nms_threshold, detections_per_image, soft_nms)
+        image_boxes, image_scores, image_classes, image_valid = args
+        if soft_nms is None:  # greedy NMS per class, every class in one pass
+            indices, count = grouped_nms(
+                image_boxes, image_scores, image_classes, image_valid, nms_threshold, detections_per_image
+            )
+            real = tf.range(detections_per_image) < count
+            return (
+                tf.where(real[:, None], tf.gather(image_boxes, indices), 0.0),
+                tf.where(real, tf.gather(image_scores, indices), 0.0),
+                tf.where(real, tf.gather(image_classes, indices) + 1, 0),
+                count,
+            )
+        # One column per class (background column 0 stays empty): a candidate scores in its own class only;
+        # everything else scores -1, below any probability, and per_class_nms drops it (threshold -1).
+        in_class = tf.logical_and(tf.one_hot(image_classes + 1, num_classes, on_value=True, off_value=False),
+                                  image_valid[:, None])
+        class_scores = tf.where(in_class, image_scores[:, None], -1.0)
+        return per_class_nms(image_boxes[:, None, :], class_scores, -1.0, nms_threshold, detections_per_image, soft_nms)
 
     return map_fn(
         select,
-        (boxes, class_scores),
+        (boxes, scores, classes, valid),
         fn_output_signature=(
             tf.TensorSpec([detections_per_image, 4], tf.float32),
             tf.TensorSpec([detections_per_image], tf.float32),
