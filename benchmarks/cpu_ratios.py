@@ -5,7 +5,8 @@
   --num-classes 81`, ../shared/peers/tfmg_maskrcnn_bench.py in its own venv: --tfmg-python);
 * Keypoint / Mask R-CNN R-50-FPN (ours, same image);
 * mixed_bfloat16 / float32 Mask R-CNN (ours; the CPU's bfloat16 instructions are printed with it);
-* first call / warm call of a fresh Predictor (ours, Mask R-CNN).
+* first call / warm call of a fresh Predictor (ours, Mask R-CNN); the Predictor's construction (model build and
+  graph trace, which it does once for every image size) is printed beside it.
 
 Random weights (Detectron's initialisation) with TEST.SCORE_THRESH 0, so every image carries 100 detections (the
 keypoint model: as many as its 2-class NMS keeps). Each process makes --warmup untimed calls, then --runs timed.
@@ -52,7 +53,9 @@ def child(config, overrides, runs, warmup):
     photo = cv2.imread(str(sorted(DEMO.glob("*.jpg"))[0]))
     image = np.ascontiguousarray(cv2.resize(photo, SIZE[::-1]))  # 800 x 1344: the scale TEST.SCALE 800 keeps
     keras.utils.set_random_seed(0)
-    predictor = Predictor(cfg)
+    start = time.perf_counter()
+    predictor = Predictor(cfg)  # builds the model and traces its graph
+    construction = time.perf_counter() - start
     start = time.perf_counter()
     detections = len(predictor.predict(image)["scores"])
     first = time.perf_counter() - start
@@ -63,7 +66,7 @@ def child(config, overrides, runs, warmup):
         start = time.perf_counter()
         predictor.predict(image)
         seconds.append(time.perf_counter() - start)
-    print(json.dumps({"first": first, "seconds": seconds, "detections": detections}))
+    print(json.dumps({"construction": construction, "first": first, "seconds": seconds, "detections": detections}))
 
 
 def run_ours(side, args):
@@ -120,8 +123,8 @@ def main():
             results[side].append(result)
             timing = summary(result)
             print(f"round {round_index + 1} {side}: median {timing['median']:.3f} s, min {timing['min']:.3f} s"
-                  + (f", first call {result['first']:.3f} s, {result['detections']} detections"
-                     if "first" in result else ""), flush=True)
+                  + (f", Predictor() {result['construction']:.3f} s, first call {result['first']:.3f} s, "
+                     f"{result['detections']} detections" if "first" in result else ""), flush=True)
 
     def ratio(a, b, key):
         pairs = [summary(x)[key] / summary(y)[key] for x, y in zip(results[a], results[b])]
