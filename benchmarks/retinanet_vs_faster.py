@@ -6,11 +6,12 @@ The two models (issue 33):
 - retinanet: configs/shapes_retinanet.yaml (BASE_LR as that config says; Detectron's RetinaNet zoo runs at
   half its R-CNN zoo LR).
 Both from scratch, 2 images per iteration, 128 px, the configs' schedule scaled to --iters (warm-up 100,
-decays at 11/15 and 27/30 of the run, as the 1500-iteration configs). Every --eval-every iterations the
-training checkpoint is exported to an inference model and evaluated (COCO box AP and AP50, pycocotools) on
---eval-sets (default `shapes_val`, 64 images); the loss curves (metrics.json, one record per 20 iterations)
-are summarised over five equal windows: RetinaNet's focal loss, box loss and fg anchors per image
-(`retnet_fg_num / 2 - 1`: Detectron's normaliser adds 1 per image), Faster R-CNN's RPN and Fast R-CNN losses.
+decays at 11/15 and 27/30 of the run, as both configs' own schedules of 1500 and 4500 iterations). Every
+--eval-every iterations the training checkpoint is exported to an inference model and evaluated (COCO box AP
+and AP50, pycocotools) on --eval-sets (default `shapes_val`, 64 images); the loss curves (metrics.json, one
+record per 20 iterations) are summarised over five equal windows: RetinaNet's focal loss, box loss and fg
+anchors per image (`retnet_fg_num / 2 - 1`: Detectron's normaliser adds 1 per image), Faster R-CNN's RPN and
+Fast R-CNN losses.
 
 A variant is a name and config overrides (`--name retinanet_lr0.02 --opts SOLVER.BASE_LR 0.02`); each run
 leaves `<out>/<name>_s<seed>/result.json`, a finished run is not trained again (an interrupted one resumes
@@ -52,7 +53,7 @@ WINDOWS = 5
 
 
 def schedule(iterations, eval_every):
-    """The configs' 1500-iteration schedule (decays at 1100 and 1350) scaled to `iterations`."""
+    """The configs' schedule (decays at 11/15 and 27/30 of the run, warm-up 100) scaled to `iterations`."""
     return {
         "SOLVER.MAX_ITER": str(iterations),
         "SOLVER.STEPS": str([0, round(iterations * 11 / 15), round(iterations * 27 / 30)]),

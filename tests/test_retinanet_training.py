@@ -270,13 +270,13 @@ def test_mirrored_replicas_normalise_per_replica_as_detectrons_gpus(tmp_path):
 
 @pytest.mark.slow
 def test_shapes_retinanet_trains_to_a_real_box_ap(tmp_path, monkeypatch):
-    """python -m tfdet.train on configs/shapes_retinanet.yaml as shipped (1500 iterations, ~6 min of 2 cores),
-    then its final COCOeval on shapes_val (measured, benchmarks/retinanet_vs_faster.py: box AP 0.238 / 0.233,
-    AP50 0.398 / 0.386 with RNG_SEED 0 / 1)."""
+    """python -m tfdet.train on configs/shapes_retinanet.yaml as shipped (4500 iterations, ~40 min of 2 cores),
+    then its final COCOeval on shapes_val (measured, benchmarks/retinanet_vs_faster.py: box AP 0.645, AP50 0.912
+    with RNG_SEED 0; the same body's Faster R-CNN: 0.661 +- 0.010 at 1500 iterations)."""
     from tfdet import train
 
     monkeypatch.setenv("TFDET_DATA_DIR", str(tmp_path / "data"))
     output_dir = tmp_path / "run"
     assert train.main(["--cfg", str(RETINANET_CONFIG), "OUTPUT_DIR", str(output_dir)]) == 0
     metrics = json.loads((output_dir / "metrics_shapes_val.json").read_text())
-    assert metrics["bbox"]["AP"] >= 0.2 and metrics["bbox"]["AP50"] >= 0.35, metrics
+    assert metrics["bbox"]["AP"] >= 0.55 and metrics["bbox"]["AP50"] >= 0.85, metrics
