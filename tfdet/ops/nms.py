@@ -172,7 +172,10 @@ def grouped_nms(boxes, scores, groups, valid, iou_threshold, max_output_size, ti
         return tile + 1, keep
 
     _, keep = tf.while_loop(
-        lambda tile, _: tile < num_tiles, body, (tf.constant(0), keep), shape_invariants=(tf.TensorShape([]), tf.TensorShape([None]))
+        lambda tile, _: tile < num_tiles,
+        body,
+        (tf.constant(0), keep),
+        shape_invariants=(tf.TensorShape([]), tf.TensorShape([None])),
     )
     kept_scores = tf.where(keep[:width], tf.gather(scores, order), -float("inf"))
     best = tf.math.top_k(kept_scores, k=tf.minimum(max_output_size, width), sorted=True)
