@@ -16,6 +16,11 @@ Quote the ratios, medians and mins, on a quiet machine (no other heavy process).
     python benchmarks/cpu_ratios.py --only mask bf16     # a subset of the sides: mask keypoint bf16 tfmg
 """
 
+if __name__ == "__main__":  # before TensorFlow is imported: its native log records stay off the terminal
+    from tfdet.console import quiet_native_logs
+
+    quiet_native_logs()
+
 import argparse
 import json
 import pathlib

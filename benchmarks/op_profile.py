@@ -11,9 +11,13 @@ TEST.DETECTIONS_PER_IM detections, on one demo photo at 800 x 1344 (the load of 
 On a shared CPU quote the shares, not the seconds.
 """
 
+if __name__ == "__main__":  # before TensorFlow is imported: its native log records stay off the terminal
+    from tfdet.console import quiet_native_logs
+
+    quiet_native_logs()
+
 import argparse
 import collections
-import pathlib
 import sys
 import time
 import warnings
@@ -24,14 +28,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
+from cpu_ratios import CONFIGS, DEMO, SIZE  # the load cpu_ratios.py times (benchmarks/ is on the path)
 from tfdet.config import load_config
-from tfdet.console import quiet_native_logs
 from tfdet.inference import Predictor
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-CONFIGS = ROOT.parent / "shared" / "detectron" / "configs" / "12_2017_baselines"
-DEMO = ROOT.parent / "shared" / "data" / "detectron_demo"
-SIZE = (800, 1344)
 
 
 def frozen_session(predictor):
@@ -58,7 +57,6 @@ def main():
     parser.add_argument("--runs", type=int, default=3, help="traced runs (after two untimed ones)")
     parser.add_argument("--top", type=int, default=30, help="slowest ops listed by name")
     args, overrides = parser.parse_known_args()
-    quiet_native_logs()
     warnings.simplefilter("ignore")
     threshold = ["RETINANET.INFERENCE_TH", "0.0"] if "retinanet" in args.model else ["TEST.SCORE_THRESH", "0.0"]
     cfg = load_config(CONFIGS / args.model, [*threshold, *overrides])

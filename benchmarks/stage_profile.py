@@ -15,6 +15,11 @@ Times are medians (and mins) over --runs rounds after two warm-up calls, the tru
 round, on one demo photo at 800 px; on a shared CPU quote the table's shares and ratios, not its seconds.
 """
 
+if __name__ == "__main__":  # before TensorFlow is imported: its native log records stay off the terminal
+    from tfdet.console import quiet_native_logs
+
+    quiet_native_logs()
+
 import argparse
 import pathlib
 import re
@@ -29,15 +34,13 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from cpu_ratios import CONFIGS, DEMO  # noqa: E402
 from flop_count import count_macs  # noqa: E402
 
 from tfdet.config import load_config  # noqa: E402
 from tfdet.graph_options import cpu_graph_options  # noqa: E402
 from tfdet.inference import Predictor  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-CONFIGS = ROOT.parent / "shared" / "detectron" / "configs" / "12_2017_baselines"
-DEMO = ROOT.parent / "shared" / "data" / "detectron_demo"
 MASK = "e2e_mask_rcnn_R-50-FPN_1x.yaml"
 KEYPOINT = "e2e_keypoint_rcnn_R-50-FPN_1x.yaml"
 RETINANET = "retinanet_R-50-FPN_1x.yaml"

@@ -161,9 +161,10 @@ def draw_detections(
 
 def enlarge(image, detections, min_side):
     """(image, detections) scaled up by the smallest whole factor f that takes the image's shorter side to
-    `min_side` or more (unchanged if it is there already): pixel i becomes pixels f i .. f i + f - 1, so a box
-    spans the same pixels (x1 -> f x1, x2 -> f x2 + f - 1), a keypoint stays on its pixel (x -> f x + (f - 1) / 2,
-    where cv2.resize puts that pixel's centre) and a mask covers the same ones."""
+    `min_side` or more (unchanged if it is there already). The photo is resized bilinearly; source pixel i covers
+    pixels f i .. f i + f - 1 (cv2.resize puts its centre at f i + (f - 1) / 2), so a box spans the same pixels
+    (x1 -> f x1, x2 -> f x2 + f - 1), a keypoint stays on its pixel (x -> f x + (f - 1) / 2) and a mask, repeated
+    f times, covers the same ones."""
     shorter = min(image.shape[:2])
     factor = -(-min_side // shorter) if shorter else 1
     if factor <= 1:
