@@ -65,8 +65,21 @@ def test_float32_comparison_is_the_float64_one(thresh):
     for _ in range(3):
         values = [np.nextafter(values[0], np.float32(0)), *values, np.nextafter(values[-1], np.float32(1))]
     iou = np.array(values, np.float32)
-    got = nms_ops._suppresses(tf.constant(iou), thresh).numpy()
-    np.testing.assert_array_equal(got, iou.astype(np.float64) >= thresh)
+    want = iou.astype(np.float64) >= thresh
+    np.testing.assert_array_equal(nms_ops._suppresses(tf.constant(iou), thresh).numpy(), want)
+    # A threshold given as a tensor takes the float64 comparison itself: the same answers.
+    np.testing.assert_array_equal(nms_ops._suppresses(tf.constant(iou), tf.constant(thresh, tf.float64)).numpy(), want)
+
+
+def test_float32_ious_are_never_copied_to_float64():
+    """With a Python threshold the comparison stays in float32 (a float64 copy of every IoU cost 0.68 s of
+    RetinaNet's NMS on 2 cores): nothing in the traced NMS, its loop bodies included, is float64."""
+    boxes = tf.TensorSpec([1, None, 4], tf.float32)
+    scores = tf.TensorSpec([1, None], tf.float32)
+    graph = tf.function(lambda b, s: nms_ops.batched_nms(b, s, 0.7, 10)).get_concrete_function(boxes, scores).graph
+    graph_def = graph.as_graph_def()
+    assert len(graph_def.library.function) > 0  # the tiles' loop: its body is a function of the library
+    assert "DT_DOUBLE" not in str(graph_def)
 
 
 def test_max_output_and_padding(rng):
