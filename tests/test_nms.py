@@ -185,6 +185,11 @@ def test_grouped_nms_matches_detectron_per_class(rng, tile_size, dominant):
         tf.constant(boxes), tf.constant(scores), tf.constant(groups, tf.int32), tf.constant(valid), 0.5, limit,
         tile_size=tile_size,
     )
+    # Room for every candidate: all the kept ones, then zeros.
+    all_idx, all_count = nms_ops.grouped_nms(
+        tf.constant(boxes), tf.constant(scores), tf.constant(groups, tf.int32), tf.constant(valid), 0.5, num,
+        tile_size=tile_size,
+    )
     got = idx.numpy()[: int(count)]
     want = []
     for group in range(classes):
@@ -195,3 +200,5 @@ def test_grouped_nms_matches_detectron_per_class(rng, tile_size, dominant):
     want.sort(key=lambda r: (-scores[r[2]], r[0], r[1]))  # by score; ties: lower class, then the class's order
     assert list(got) == [r[2] for r in want[:limit]]
     assert np.all(idx.numpy()[int(count):] == 0)
+    assert limit < int(all_count) < num and list(all_idx.numpy()[: int(all_count)]) == [r[2] for r in want]
+    assert all_idx.shape == (num,) and np.all(all_idx.numpy()[int(all_count):] == 0)
