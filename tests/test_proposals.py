@@ -29,16 +29,17 @@ def reference_fpn(levels, im_info, pre_n, post_n, nms_thresh, min_size, final_n)
     return boxes[order], scores[order]
 
 
-@pytest.mark.parametrize("scale", [1.0, 1.6])
-def test_single_level_c4_style(rng, scale):
+@pytest.mark.parametrize("scale, pre_nms_top_n", [(1.0, 600), (1.6, 600), (1.0, 0)])
+def test_single_level_c4_style(rng, scale, pre_nms_top_n):
+    """pre_nms_top_n 0 (or less) takes every anchor, as Detectron's `pre_nms_topN <= 0`."""
     height, width = 12, 17
     cell = anchor_ops.generate_anchors(16, (32, 64, 128, 256, 512), (0.5, 1, 2))
     im_info = np.array([height * 16, width * 16, scale], np.float32)
     s, d = rpn_level(rng, height, width, len(cell))
-    want_boxes, want_scores = ref.proposals_one_image(s, d, cell, 16, im_info, 600, 100, 0.7, 0)
+    want_boxes, want_scores = ref.proposals_one_image(s, d, cell, 16, im_info, pre_nms_top_n, 100, 0.7, 0)
     anchors = anchor_ops.shifted_anchors(cell, 16, height, width)
     boxes, scores, num = proposal_ops.generate_proposals(
-        [(s[None], d[None], anchors)], im_info[None], 600, 100, 0.7, min_size=0
+        [(s[None], d[None], anchors)], im_info[None], pre_nms_top_n, 100, 0.7, min_size=0
     )
     num = int(num[0])
     assert num == len(want_boxes)
@@ -93,6 +94,15 @@ def test_keep_mask_centre_outside():
     assert mask.numpy().tolist() == [[True, True]]
     mask = proposal_ops.proposal_keep_mask(boxes, 0, tf.constant([[100.0, 99.0, 1.0]]))
     assert mask.numpy().tolist() == [[True, False]]
+
+
+def test_keep_mask_centre_exactly_on_the_far_edge_is_outside():
+    """Detectron's centre x1 + (x2 - x1 + 1) / 2 must be < the input width (and likewise in y), strictly. Boxes
+    are clipped before this filter, so only unclipped boxes reach the edge; the op takes them as they are."""
+    boxes = tf.constant([[[98.0, 0, 99, 10], [97.0, 0, 99, 10], [0, 98.0, 10, 99], [0, 97.0, 10, 99]]])
+    # x centres 99 and 98.5 against width 99; y centres 99 and 98.5 against height 99.
+    mask = proposal_ops.proposal_keep_mask(boxes, 0, tf.constant([[99.0, 99.0, 1.0]]))
+    assert mask.numpy().tolist() == [[False, True, False, True]]
 
 
 def test_tf_function_unknown_sizes(rng):

@@ -135,3 +135,43 @@ def test_voting_moves_a_box_to_the_score_weighted_mean_of_its_voters():
     assert int(num) == 2  # box 1 is suppressed by box 0 (IoU 99/143) and votes for it
     np.testing.assert_allclose(got_boxes[1], [(0.9 * 0 + 0.6 * 2) / 1.5, 0, (0.9 * 10 + 0.6 * 12) / 1.5, 10], atol=1e-5)
     np.testing.assert_allclose(got_scores[:2], [0.8, 0.75], atol=1e-7)  # box 2 alone: 0.8; box 0: mean(0.9, 0.6)
+
+
+@pytest.mark.parametrize("soft, scoring_method", [(False, None), (True, None), (False, "AVG"), (True, "IOU_AVG")])
+def test_a_limit_above_the_survivors_returns_exactly_the_survivors(rng, soft, scoring_method):
+    """Room for 1000 detections: every class keeps all its survivors and nothing else (no padding slot
+    counted as a detection of score 0)."""
+    boxes, scores = image_predictions(rng, num_rois=60)
+    soft_nms = SoftNMS("linear", 0.5) if soft else None
+    voting = BoxVoting(0.7, scoring_method) if scoring_method else None
+    got = per_class_nms_graph(tf.constant(boxes), tf.constant(scores), 0.05, 0.5, 1000, soft_nms=soft_nms,
+                              voting=voting)  # fmt: skip
+    want = det.box_results_with_nms_and_limit(
+        scores, boxes.reshape(len(boxes), -1), 0.05, 0.5, 1000, soft_nms_method="linear" if soft else None,
+        vote_th=0.7 if voting else None, vote_method=scoring_method or "ID",
+    )
+    assert 0 < len(want) < 1000
+    check_detections(got, want, 1000, box_atol=1e-3, score_atol=1e-6)
+
+
+@pytest.mark.parametrize("scoring_method", ["AVG", "IOU_AVG"])
+def test_voting_that_rescores_applies_the_limit_after_the_vote(rng, scoring_method):
+    """One class with many more survivors than the limit: a vote that changes scores reorders them, so the
+    best 5 are those after the vote (Detectron votes on every survivor, then keeps the limit)."""
+    boxes, scores = image_predictions(rng, num_rois=200, num_classes=2)
+    voting = BoxVoting(0.5, scoring_method)
+    got = per_class_nms_graph(tf.constant(boxes), tf.constant(scores), 0.05, 0.5, 5, voting=voting)
+    want = det.box_results_with_nms_and_limit(scores, boxes.reshape(len(boxes), -1), 0.05, 0.5, 5, vote_th=0.5,
+                                              vote_method=scoring_method)  # fmt: skip
+    check_detections(got, want, 5, box_atol=1e-3, score_atol=1e-6)
+
+
+def test_a_score_equal_to_the_threshold_is_not_a_candidate():
+    """Detectron's `scores[:, j] > TEST.SCORE_THRESH`, numpy comparing float32 scores in float32: a score of
+    exactly float32(0.05) is dropped, the next float32 above it kept."""
+    boxes = np.array([[[0, 0, 10, 10]], [[40, 40, 50, 50]]], np.float32)  # class-agnostic, far apart
+    at = np.float32(0.05)
+    above = np.nextafter(at, np.float32(1))
+    scores = np.array([[1 - at, at], [1 - above, above]], np.float32)
+    _, got_scores, _, num = per_class_nms(tf.constant(boxes), tf.constant(scores), 0.05, 0.5, 10)
+    assert int(num) == 1 and got_scores.numpy()[0] == above
