@@ -175,3 +175,17 @@ def test_a_score_equal_to_the_threshold_is_not_a_candidate():
     scores = np.array([[1 - at, at], [1 - above, above]], np.float32)
     _, got_scores, _, num = per_class_nms(tf.constant(boxes), tf.constant(scores), 0.05, 0.5, 10)
     assert int(num) == 1 and got_scores.numpy()[0] == above
+
+
+def test_a_voter_exactly_at_the_voting_threshold_votes():
+    """Detectron votes with every candidate whose IoU is >= the threshold: IoU exactly 0.5 (100 of 200 pixels,
+    +1 sizes) at TEST.BBOX_VOTE.VOTE_TH 0.5 counts."""
+    boxes = np.array([[[0, 0, 9, 9]], [[0, 0, 9, 19]]], np.float32)  # class-agnostic: areas 100 and 200
+    scores = np.array([[0.1, 0.9], [0.4, 0.6]], np.float32)
+    got_boxes, got_scores, _, num = per_class_nms(tf.constant(boxes), tf.constant(scores), 0.05, 0.3, 5,
+                                                  voting=BoxVoting(0.5, "ID"))  # fmt: skip
+    want = det.box_results_with_nms_and_limit(scores, np.tile(boxes.reshape(2, 4), (1, 2)), 0.05, 0.3, 5, vote_th=0.5)
+    assert int(num) == 1  # box 1 is suppressed by box 0 (IoU 0.5 > 0.3), and votes for it
+    np.testing.assert_allclose(got_boxes[0], [0, 0, 9, (0.9 * 9 + 0.6 * 19) / 1.5], atol=1e-5)
+    np.testing.assert_allclose(got_boxes[0], want[0][2], atol=1e-5)
+    assert got_scores[0] == np.float32(0.9)
