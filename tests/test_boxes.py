@@ -73,7 +73,9 @@ def test_areas_and_xywh_conversions():
 
 
 def test_large_boxes_mask_is_strict_with_plus_one():
-    boxes = tf.constant([[0.0, 0, 4, 4], [0.0, 0, 5, 9], [0.0, 0, 9, 5], [3.0, 3, 2, 9], [0.0, 0, 4, 9], [0.0, 0, 9, 4]])
+    boxes = tf.constant(
+        [[0.0, 0, 4, 4], [0.0, 0, 5, 9], [0.0, 0, 9, 5], [3.0, 3, 2, 9], [0.0, 0, 4, 9], [0.0, 0, 9, 4]]
+    )
     # Widths 5, 6, 10, 0, 5, 10 and heights 5, 10, 6, 7, 10, 5: Detectron keeps w > min and h > min, so a box
     # exactly min_size wide (or high) goes, however large its other side.
     assert box_ops.large_boxes_mask(boxes, 5).numpy().tolist() == [False, True, True, False, False, False]
