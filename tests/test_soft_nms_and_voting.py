@@ -189,3 +189,33 @@ def test_a_voter_exactly_at_the_voting_threshold_votes():
     np.testing.assert_allclose(got_boxes[0], [0, 0, 9, (0.9 * 9 + 0.6 * 19) / 1.5], atol=1e-5)
     np.testing.assert_allclose(got_boxes[0], want[0][2], atol=1e-5)
     assert got_scores[0] == np.float32(0.9)
+
+
+@pytest.mark.parametrize("method", ["linear", "hard"])
+def test_soft_nms_thresholds_at_equality(method):
+    """Cython's `if ov > Nt` (linear, hard) and `if dets[pos, 4] < threshold`: an IoU exactly at the overlap
+    threshold leaves the score as it is, and a score decayed to exactly the score threshold stays."""
+    boxes = np.array([[0, 0, 9, 9], [0, 0, 9, 19]], np.float32)  # IoU exactly 100 / 200 with +1 sizes
+    scores = np.array([0.9, 0.6], np.float32)
+    dets = np.hstack([boxes, scores[:, None]])
+    _, got_scores, got_indices = run_soft_nms(boxes, scores, np.ones(2, bool), iou_threshold=0.5, method=method)
+    want, want_inds = det.soft_nms(dets, 0.5, 0.5, 0.001, method)
+    assert got_indices.tolist() == list(want_inds) == [0, 1] and got_scores.tolist() == want[:, 4].tolist()
+    assert got_scores[1] == np.float32(0.6)
+    if method == "linear":  # 0.6 * (1 - 0.5) is float32(0.3) exactly: at the score threshold, kept
+        _, got_scores, got_indices = run_soft_nms(boxes, scores, np.ones(2, bool), iou_threshold=0.3,
+                                                  score_threshold=0.3, method=method)  # fmt: skip
+        want, want_inds = det.soft_nms(dets, 0.5, 0.3, 0.3, method)
+        assert got_indices.tolist() == list(want_inds) == [0, 1] and got_scores[1] == np.float32(0.3)
+
+
+def test_soft_nms_padding_rows_are_zeros(rng):
+    """Past each row's count every box, score and index is 0, invalid entries with high scores included."""
+    boxes, scores = random_dets(rng, 50)
+    valid = rng.uniform(size=50) < 0.6
+    got = soft_nms_graph(tf.constant(boxes[None]), tf.constant(scores[None]), tf.constant(valid[None]),
+                         iou_threshold=0.3, score_threshold=0.0001)  # fmt: skip
+    count = int(got[3][0])
+    assert 0 < count <= valid.sum() < 50
+    assert not got[0].numpy()[0, count:].any() and not got[1].numpy()[0, count:].any()
+    assert not got[2].numpy()[0, count:].any()
