@@ -254,3 +254,15 @@ def test_predictor_paste_is_detectrons(rng, paste):
     # A box wholly outside the image (Detectron clips boxes first, so its slicing never meets one): nothing pasted.
     outside = mask_paste.paste_masks(np.ones((1, 28, 28), np.float32), [[70.0, 60.0, 90.0, 80.0]], 50, 60, 0.5)
     assert outside.shape == (1, 50, 60) and not outside.any()
+
+
+def test_a_probability_equal_to_the_threshold_stays_off(paste):
+    """Detectron binarizes with `mask > THRESH_BINARIZE`: a mask of exactly 0.5 (still 0.5 inside the box after
+    the resize) leaves every pixel off, in the graph op and in the Predictor's paste alike."""
+    masks = np.full((1, 28, 28), THRESHOLD, np.float32)
+    boxes = np.array([[10.0, 12.0, 50.0, 40.0]], np.float32)
+    soft_ref, binary_ref = detectron_segm_results(masks, boxes, 64, 80)
+    assert (soft_ref == THRESHOLD).sum() > 500 and not binary_ref.any()
+    binary, soft = paste(masks, boxes, 64, 80)
+    assert (soft == THRESHOLD).sum() > 500 and not binary.any()
+    assert not mask_paste.paste_masks(masks, boxes, 64, 80, THRESHOLD).any()

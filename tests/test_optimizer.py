@@ -144,8 +144,11 @@ def test_a_trainable_variable_without_rule_is_an_error():
 
 
 def test_momentum_out_of_range_is_an_error():
-    with pytest.raises(ValueError, match="SOLVER.MOMENTUM"):
-        DetectronSGD(0.1, rules={}, momentum=1.5)
+    """SOLVER.MOMENTUM in [0, 1): 0 (plain SGD) is accepted; 1 (a velocity that never decays) and beyond are not."""
+    assert DetectronSGD(0.1, rules={}, momentum=0.0).momentum == 0.0
+    for momentum in (1.0, 1.5, -0.1):
+        with pytest.raises(ValueError, match="SOLVER.MOMENTUM"):
+            DetectronSGD(0.1, rules={}, momentum=momentum)
 
 
 def test_config_round_trip():
