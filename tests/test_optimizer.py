@@ -156,3 +156,20 @@ def test_config_round_trip():
     copy = DetectronSGD.from_config(optimizer.get_config())
     assert copy.rules == optimizer.rules and copy.momentum == 0.9 and copy.scale_momentum_threshold == 1.1
     assert float(copy.lr_schedule(1)) == pytest.approx(0.095)
+
+
+class _DoublingSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """0.1 at iteration 0, then 0.2: a change by a factor of exactly 2."""
+
+    def __call__(self, step):
+        return tf.where(step >= 1, 0.2, 0.1)
+
+
+@pytest.mark.parametrize("threshold, factor", [(2.0, 1.0), (1.9, 2.0)])
+def test_momentum_is_corrected_only_for_a_change_above_the_threshold(threshold, factor):
+    """Detectron's `ratio > SCALE_MOMENTUM_THRESHOLD`, strictly: an LR that doubles at iteration 1 corrects the
+    velocity by 2 under a threshold of 1.9, not under 2.0; iteration 0 is never corrected."""
+    optimizer = DetectronSGD(_DoublingSchedule(), rules={}, scale_momentum_threshold=threshold)
+    assert float(optimizer.momentum_correction()) == 1.0
+    optimizer.iterations.assign(1)
+    assert float(optimizer.momentum_correction()) == factor
