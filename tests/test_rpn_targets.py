@@ -182,3 +182,19 @@ def test_scaled_image_size_rounds_like_numpy():
     height, width = scaled_image_size(tf.constant([[30.0, 41.0, 1.5], [333.0, 500.0, 2.4024024]]))
     np.testing.assert_array_equal(height.numpy(), np.round(np.array([30.0, 333.0]) * np.array([1.5, 2.4024024])))
     np.testing.assert_array_equal(width.numpy(), [62.0, 1201.0])
+
+
+@pytest.mark.parametrize("t", [0, 2])
+def test_inside_image_at_the_margins(t):
+    """Detectron's inds_inside: x1, y1 >= -STRADDLE_THRESH and x2 < width + STRADDLE_THRESH (likewise y2 with
+    the height), on the edges themselves; a negative margin keeps every anchor."""
+    from tfdet.ops.rpn_targets import _inside_image
+
+    anchors = tf.constant([
+        [-t, -t, 63 + t, 47 + t],  # on every inclusive edge: inside
+        [-t - 0.5, 0, 10, 10], [0, -t - 0.5, 10, 10],  # just past the left, the top
+        [0, 0, 64 + t, 10], [0, 0, 10, 48 + t],  # x2 = width + t, y2 = height + t: outside (strict)
+    ], tf.float32)  # fmt: skip
+    image_info = tf.constant([[48.0, 64.0, 1.0]])
+    assert _inside_image(anchors, image_info, t).numpy().tolist() == [[True, False, False, False, False]]
+    assert _inside_image(anchors, image_info, -1).numpy().all()
