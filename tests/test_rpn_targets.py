@@ -198,3 +198,42 @@ def test_inside_image_at_the_margins(t):
     image_info = tf.constant([[48.0, 64.0, 1.0]])
     assert _inside_image(anchors, image_info, t).numpy().tolist() == [[True, False, False, False, False]]
     assert _inside_image(anchors, image_info, -1).numpy().all()
+
+
+def boundary_labels(anchors, gt, positive_overlap=0.7, negative_overlap=0.3, batch_size_per_im=8, fg_fraction=0.5):
+    """Labels of hand-made anchors on one 100 x 100 image with one ground-truth box."""
+    targets = rpn_anchor_targets(
+        tf.constant(anchors, tf.float32), tf.constant([[gt]], tf.float32), tf.zeros([1, 1], bool),
+        tf.ones([1, 1], bool), tf.constant([[100.0, 100.0, 1.0]]), positive_overlap, negative_overlap, 0,
+        batch_size_per_im, fg_fraction, seed=tf.constant([1, 2]),
+    )  # fmt: skip
+    return targets.labels.numpy()[0].tolist()
+
+
+def test_labelling_at_the_overlap_thresholds():
+    """Detectron's `labels[max_overlaps >= RPN_POSITIVE_OVERLAP] = 1`: an anchor of IoU exactly 0.7 (70 of 100
+    pixels, +1 sizes) is positive though it is not the ground truth's best anchor; one of IoU exactly 0.3 is
+    not a background candidate (`< RPN_NEGATIVE_OVERLAP`): beside three others, with num_bg 3, no anchor is
+    labelled background (three candidates are not more than num_bg)."""
+    gt = [0, 0, 9, 6]  # 10 x 7
+    anchors = [[0, 0, 9, 6], [0, 0, 9, 9], [50, 50, 59, 59]]  # IoU 1 (the best), 0.7, 0
+    assert boundary_labels(anchors, gt) == [1, 1, -1]  # one background candidate: not more than num_bg (6)
+    # IoU 21 / 70 = 0.3 exactly: [0, 0, 2, 6] is 3 x 7 inside the 10 x 7 box.
+    anchors = [[0, 0, 9, 6], [0, 0, 2, 6]] + [[50 + 5 * k, 50, 54 + 5 * k, 54] for k in range(3)]
+    assert boundary_labels(anchors, gt, batch_size_per_im=4) == [1, -1, -1, -1, -1]
+
+
+def test_background_is_labelled_only_when_candidates_outnumber_num_bg():
+    """Detectron's `if len(bg_inds) > num_bg`: with one positive and batch 4, num_bg is 3; three background
+    candidates label none, four label some (drawn with replacement)."""
+    gt = [0, 0, 9, 9]
+    far = [[50 + 5 * k, 50, 54 + 5 * k, 54] for k in range(4)]
+    assert boundary_labels([gt] + far[:3], gt, batch_size_per_im=4) == [1, -1, -1, -1]
+    labels = boundary_labels([gt] + far, gt, batch_size_per_im=4)
+    assert labels[0] == 1 and 1 <= labels[1:].count(0) <= 3
+
+
+def test_no_positive_when_the_fg_fraction_allows_none():
+    """int(RPN_FG_FRACTION * RPN_BATCH_SIZE_PER_IM) = 0: Detectron disables every positive."""
+    gt = [0, 0, 9, 9]
+    assert 1 not in boundary_labels([gt, [50, 50, 59, 59]], gt, batch_size_per_im=8, fg_fraction=0.1)
