@@ -174,3 +174,23 @@ def test_zero_ground_truth_slots_are_refused():
     with pytest.raises(ValueError, match="no ground-truth slot"):
         label_proposals(np.zeros((1, 2, 4), np.float32), [[True, True]], np.zeros((1, 0, 4), np.float32),
                         np.zeros((1, 0), np.int32), np.zeros((1, 0), bool), np.zeros((1, 0), bool), [1.0])
+
+
+def test_overlap_thresholds_at_equality():
+    """Detectron's `max_overlaps >= FG_THRESH` (foreground), `BG_THRESH_LO <= max_overlaps < BG_THRESH_HI`
+    (background) and `overlaps >= BBOX_THRESH` (a regression target), at IoU exactly 0.5 (100 of 200 pixels,
+    +1 sizes); invalid candidates and padding slots carry gt_index -1."""
+    gt = tf.constant([[[0.0, 0, 9, 9], [0, 0, 0, 0]]])  # one box, one padded slot
+    proposals = tf.constant([[[0.0, 0, 9, 19], [50, 50, 59, 59], [0, 0, 9, 9]]])  # IoU 0.5, 0, invalid
+    candidates = label_proposals(proposals, tf.constant([[True, True, False]]), gt, tf.constant([[1, 0]]),
+                                 tf.zeros([1, 2], bool), tf.constant([[True, False]]), tf.constant([1.0]))  # fmt: skip
+    # Rows: the ground-truth box, its padded slot, then the three proposals.
+    assert candidates.max_overlaps.numpy()[0, 2] == 0.5
+    assert candidates.target_classes.numpy()[0].tolist() == [1, 0, 1, 0, 0]
+    assert candidates.gt_index.numpy()[0].tolist() == [0, -1, 0, -1, -1]
+    samples = sample_rois(candidates, 2, batch_size_per_im=8, fg_fraction=1.0, seed=tf.constant([1, 1]))
+    labels, chosen = samples.labels.numpy()[0], samples.candidate_index.numpy()[0]
+    num_fg = int(samples.num_fg[0])
+    assert num_fg == 2 and sorted(chosen[:num_fg]) == [0, 2]  # the ground truth and the IoU-0.5 proposal
+    assert labels.tolist() == [1, 1, 0, -1, -1, -1, -1, -1] and chosen[2] == 3  # background: only IoU 0
+    assert samples.gt_index.numpy()[0, 3:].tolist() == [-1] * 5
