@@ -100,6 +100,9 @@ def test_schedule_config_round_trip():
         (dict(LR_POLICY="steps_with_lrs", STEPS=[0, 60], LRS=[0.1]), "one LR per entry of SOLVER.STEPS"),
         (dict(WARM_UP_METHOD="exponential"), "Unknown SOLVER.WARM_UP_METHOD 'exponential'"),
         (dict(LR_POLICY="step", STEP_SIZE=0), "SOLVER.STEP_SIZE must be positive"),
+        (dict(LR_POLICY="cosine_decay", MAX_ITER=0), "SOLVER.MAX_ITER must be positive for LR_POLICY 'cosine_decay'"),
+        (dict(LR_POLICY="exp_decay", MAX_ITER=0), "SOLVER.MAX_ITER must be positive for LR_POLICY 'exp_decay'"),
+        (dict(LR_POLICY="exp_decay", MAX_ITER=100, GAMMA=0.0), "SOLVER.GAMMA must be positive"),
     ],
 )
 def test_bad_solver_settings_give_one_line_errors(solver, message):
