@@ -347,3 +347,23 @@ def test_demo_photo_through_the_zoo_retinanet_matches_detectron(tmp_path):
     assert infer_main(argv) == 0
     written = json.loads((tmp_path / "out" / "detections.json").read_text())
     assert sorted(entry["score"] for entry in written) == pytest.approx(sorted(result["scores"]), abs=1e-6)
+
+
+def test_candidates_exceed_the_threshold_strictly_and_padding_is_zero():
+    """Detectron's `cls_prob > INFERENCE_TH` (0.0 on the coarsest level): a probability exactly at the threshold is
+    no candidate; past num_detections every row is zeros."""
+    from tfdet.ops.retinanet_detections import retinanet_detections
+
+    threshold = np.float32(0.05)
+    fine = np.zeros((1, 2, 2, 2), np.float32)  # 2 x 2 positions, one anchor, two classes
+    fine[0, 0, 0, 0], fine[0, 1, 1, 1], fine[0, 0, 1, 0] = 0.9, threshold, np.nextafter(threshold, np.float32(1))
+    coarse = np.zeros((1, 1, 1, 2), np.float32)  # all exactly 0.0: nothing on the coarsest level
+    cell = np.array([[-4.0, -4.0, 11.0, 11.0]], np.float32)
+    boxes, scores, classes, count = retinanet_detections(
+        [fine, coarse], [np.zeros((1, 2, 2, 4), np.float32), np.zeros((1, 1, 1, 4), np.float32)], [cell, cell],
+        [16, 32], tf.constant([[64.0, 64.0, 1.0]]), float(threshold), 10, 0.5, 8, 3, apply_regression=False,
+    )  # fmt: skip
+    assert int(count[0]) == 2
+    assert scores.numpy()[0, :2].tolist() == [np.float32(0.9), np.nextafter(threshold, np.float32(1))]
+    assert classes.numpy()[0, :2].tolist() == [1, 1]
+    assert not boxes.numpy()[0, 2:].any() and not scores.numpy()[0, 2:].any() and not classes.numpy()[0, 2:].any()
