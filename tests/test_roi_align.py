@@ -317,3 +317,23 @@ def test_crop_and_resize_gradient_is_the_transpose_of_tfs_forward(rng, crop_size
     transposed = np.sum(image.numpy().astype(np.float64) * gradient.numpy())
     scale = np.linalg.norm(crops.numpy().astype(np.float64)) * np.linalg.norm(upstream.numpy())  # Cauchy-Schwarz
     assert abs(forward - transposed) <= 1e-6 * scale
+
+
+def test_crop_and_resize_gradient_at_samples_exactly_on_the_image_edges(rng):
+    """Samples at exactly 0 and exactly length - 1 are inside for TF's kernel (it skips only y < 0 or
+    y > height - 1): the gradient counts them too, on boxes spanning the whole image, flipped, and ending on
+    one edge."""
+    image = tf.constant(rng.standard_normal((1, 9, 13, 4)), tf.float32)
+    boxes = tf.constant([[0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0], [0.0, 0.5, 1.0, 1.0], [0.5, 0.0, 1.0, 0.5]])
+    box_indices = tf.zeros([4], tf.int32)
+    upstream = tf.constant(rng.standard_normal((4, 5, 3, 4)), tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(image)
+        crops = crop_and_resize(image, boxes, box_indices, (5, 3))
+    gradient = tape.gradient(crops, image, output_gradients=upstream).numpy()
+    for edge in (gradient[0, 0], gradient[0, -1], gradient[0, :, 0], gradient[0, :, -1]):
+        assert np.abs(edge).max() > 0.1  # every edge of the map is sampled and gets a gradient
+    forward = np.sum(crops.numpy().astype(np.float64) * upstream.numpy())
+    transposed = np.sum(image.numpy().astype(np.float64) * gradient)
+    scale = np.linalg.norm(crops.numpy().astype(np.float64)) * np.linalg.norm(upstream.numpy())
+    assert abs(forward - transposed) <= 1e-6 * scale
