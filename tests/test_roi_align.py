@@ -202,6 +202,21 @@ def test_samples_exactly_on_the_maps_far_edge_count(rng, sampling_ratio, xla):
     assert not np.allclose(expected[0], expected[1], atol=1e-3)  # the sample on the edge counts, the other not
 
 
+@pytest.mark.parametrize("xla", [False, True])
+@pytest.mark.parametrize("sampling_ratio", [1, 2, 4])
+def test_samples_exactly_on_the_maps_near_edge_count(rng, sampling_ratio, xla):
+    """A box whose first sample lands exactly on x == -1 / y == -1 (kept by Caffe2, which skips y < -1 only:
+    the whole weight on the first pixel) and one whose first sample lies just before it (dropped)."""
+    features = rng.standard_normal((1, 5, 6, 2))
+    # One bin per axis, spatial scale 1, a box `sampling_ratio` wide: samples at x1 + 0.5, x1 + 1.5, ...
+    width = float(sampling_ratio)
+    boxes = np.array([[-1.5, -1.5, -1.5 + width, -1.5 + width], [-1.51, -1.51, -1.51 + width, -1.51 + width]])
+    expected = reference_roi_align(features, boxes, [0, 0], (1, 1), 1.0, sampling_ratio)
+    actual = run_float32(features, boxes, np.array([0, 0], np.int32), 1, 1.0, sampling_ratio, xla=xla)
+    assert_close(actual, expected, FLOAT32_TOL)
+    assert not np.allclose(expected[0], expected[1], atol=1e-3)  # the sample on the edge counts, the other not
+
+
 @pytest.mark.parametrize("sampling_ratio", [0, 2])
 def test_box_indices_select_the_image(rng, sampling_ratio):
     features = rng.standard_normal((2, 8, 8, 2))
