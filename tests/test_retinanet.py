@@ -27,6 +27,7 @@ from tfdet.modeling import build_model
 from tfdet.modeling.detectron_names import detectron_inventory
 from tfdet.modeling.registry import BodyOutput
 from tfdet.modeling.retinanet import add_retinanet_heads, retinanet_cell_anchors
+from tfdet.ops.retinanet_detections import retinanet_detections
 
 ZOO_DIR = ("detectron", "configs", "12_2017_baselines")
 # A narrow R-50-FPN RetinaNet: 8-wide bottlenecks, 16-channel pyramid and heads, one tower conv.
@@ -352,8 +353,6 @@ def test_demo_photo_through_the_zoo_retinanet_matches_detectron(tmp_path):
 def test_candidates_exceed_the_threshold_strictly_and_padding_is_zero():
     """Detectron's `cls_prob > INFERENCE_TH` (0.0 on the coarsest level): a probability exactly at the threshold is
     no candidate; past num_detections every row is zeros."""
-    from tfdet.ops.retinanet_detections import retinanet_detections
-
     threshold = np.float32(0.05)
     fine = np.zeros((1, 2, 2, 2), np.float32)  # 2 x 2 positions, one anchor, two classes
     fine[0, 0, 0, 0], fine[0, 1, 1, 1], fine[0, 0, 1, 0] = 0.9, threshold, np.nextafter(threshold, np.float32(1))

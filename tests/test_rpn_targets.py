@@ -6,7 +6,7 @@ import tensorflow as tf
 
 import numpy_training_reference as ref
 from tfdet.ops.anchors import generate_anchors, shifted_anchors
-from tfdet.ops.rpn_targets import rpn_anchor_targets, scaled_image_size, split_rpn_targets
+from tfdet.ops.rpn_targets import _inside_image, rpn_anchor_targets, scaled_image_size, split_rpn_targets
 
 POS, NEG = 0.7, 0.3
 # Two levels (strides 8 and 16) over a 48 x 64 input: 6 x 8 x 3 + 3 x 4 x 3 anchors.
@@ -188,8 +188,6 @@ def test_scaled_image_size_rounds_like_numpy():
 def test_inside_image_at_the_margins(t):
     """Detectron's inds_inside: x1, y1 >= -STRADDLE_THRESH and x2 < width + STRADDLE_THRESH (likewise y2 with
     the height), on the edges themselves; a negative margin keeps every anchor."""
-    from tfdet.ops.rpn_targets import _inside_image
-
     anchors = tf.constant([
         [-t, -t, 63 + t, 47 + t],  # on every inclusive edge: inside
         [-t - 0.5, 0, 10, 10], [0, -t - 0.5, 10, 10],  # just past the left, the top

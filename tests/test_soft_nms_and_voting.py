@@ -17,6 +17,9 @@ from tfdet.ops.soft_nms import batched_soft_nms
 soft_nms_graph = tf.function(batched_soft_nms, reduce_retracing=True, autograph=False)
 per_class_nms_graph = tf.function(per_class_nms, reduce_retracing=True, autograph=False)
 
+# Two boxes of IoU exactly 0.5 with +1 sizes: 10 x 10 inside 10 x 20 (100 of 200 pixels).
+HALF_OVERLAPPING_BOXES = np.array([[0, 0, 9, 9], [0, 0, 9, 19]], np.float32)
+
 
 def run_soft_nms(boxes, scores, valid, **kwargs):
     got = soft_nms_graph(tf.constant(boxes[None]), tf.constant(scores[None]), tf.constant(valid[None]), **kwargs)
@@ -180,7 +183,7 @@ def test_a_score_equal_to_the_threshold_is_not_a_candidate():
 def test_a_voter_exactly_at_the_voting_threshold_votes():
     """Detectron votes with every candidate whose IoU is >= the threshold: IoU exactly 0.5 (100 of 200 pixels,
     +1 sizes) at TEST.BBOX_VOTE.VOTE_TH 0.5 counts."""
-    boxes = np.array([[[0, 0, 9, 9]], [[0, 0, 9, 19]]], np.float32)  # class-agnostic: areas 100 and 200
+    boxes = HALF_OVERLAPPING_BOXES[:, None, :]  # class-agnostic
     scores = np.array([[0.1, 0.9], [0.4, 0.6]], np.float32)
     got_boxes, got_scores, _, num = per_class_nms(tf.constant(boxes), tf.constant(scores), 0.05, 0.3, 5,
                                                   voting=BoxVoting(0.5, "ID"))  # fmt: skip
@@ -195,7 +198,7 @@ def test_a_voter_exactly_at_the_voting_threshold_votes():
 def test_soft_nms_thresholds_at_equality(method):
     """Cython's `if ov > Nt` (linear, hard) and `if dets[pos, 4] < threshold`: an IoU exactly at the overlap
     threshold leaves the score as it is, and a score decayed to exactly the score threshold stays."""
-    boxes = np.array([[0, 0, 9, 9], [0, 0, 9, 19]], np.float32)  # IoU exactly 100 / 200 with +1 sizes
+    boxes = HALF_OVERLAPPING_BOXES
     scores = np.array([0.9, 0.6], np.float32)
     dets = np.hstack([boxes, scores[:, None]])
     _, got_scores, got_indices = run_soft_nms(boxes, scores, np.ones(2, bool), iou_threshold=0.5, method=method)
