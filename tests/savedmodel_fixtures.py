@@ -60,15 +60,17 @@ def shapes_val_images(directory, count):
 
 
 def assert_same_detections(served, expected, class_names=None):
-    """Same detections as matched sets: class, boxes within 0.5 px, scores within 1e-4, masks
-    IoU >= 0.99, keypoints within 0.5 px (order may differ only between near-equal scores). With
-    `class_names` (the name of each class id), the served `class_names` name each served class."""
+    """Same detections as matched sets: class, boxes within 0.5 px, scores within 1e-4, masks IoU >= 0.99
+    (or 2 pixels apart), keypoints on heatmap cell centres within a cell of each other (`heatmap_cell_size`;
+    over 0.5 px apart for at most 1 in 50), logits within 1e-3 (order may differ only between near-equal scores). With `class_names`
+    (the name of each class id), the served `class_names` name each served class."""
     n = len(expected["scores"])
     assert len(served["scores"]) == n, f"{len(served['scores'])} served detections, {n} from the Predictor"
     assert sorted(set(served) - {"class_names"}) == sorted(expected)
     if class_names is not None:
         assert served["class_names"] == [class_names[c] for c in served["classes"]]
     unmatched = list(range(n))
+    moved = keypoints = 0
     for i in range(n):
         match = [
             j
@@ -83,8 +85,30 @@ def assert_same_detections(served, expected, class_names=None):
         if "masks" in expected:
             a, b = served["masks"][i], expected["masks"][j]
             assert a.shape == b.shape and a.dtype == b.dtype == bool
-            assert (a & b).sum() >= 0.99 * (a | b).sum()  # IoU >= 0.99 (two empty masks agree)
+            # IoU >= 0.99, or 2 pixels apart: boxes differ by up to 2e-3 px between the paths (float noise), which
+            # moves a pasted mask's values by as much, so a pixel at the 0.5 threshold can flip on a small mask
+            assert (a ^ b).sum() <= max(2, 0.01 * (a | b).sum()), f"served detection {i}: masks differ"
         if "keypoints" in expected:
-            np.testing.assert_allclose(served["keypoints"][i][:, :2], expected["keypoints"][j][:, :2], atol=0.5)
+            got, want = served["keypoints"][i][:, :2], expected["keypoints"][j][:, :2]
+            cell = np.maximum(heatmap_cell_size(got, served["boxes"][i]), heatmap_cell_size(want, expected["boxes"][j]))
+            assert (np.abs(got - want) <= cell + 1e-3).all(), f"served detection {i}: keypoints a cell apart or more"
+            moved += int((np.abs(got - want) > 0.5).any(axis=1).sum())
+            keypoints += len(got)
             np.testing.assert_allclose(served["keypoints"][i][:, 2], expected["keypoints"][j][:, 2], atol=1e-3)
             np.testing.assert_allclose(served["keypoint_probs"][i], expected["keypoint_probs"][j], atol=1e-4)
+    # within one cell, not 0.5 px: Detectron's heatmap side is ceil(box size), so boxes 173.0002 and 172.9996 px
+    # wide (float noise between the two graphs) resize to 174 and 173 cells and move keypoints up to a cell;
+    # float noise can also move a maximum to the neighbouring cell. Both are rare.
+    assert moved <= max(4, keypoints // 50), f"{moved} of {keypoints} keypoints more than 0.5 px apart"
+
+
+def heatmap_cell_size(keypoints, box, min_size=0):
+    """(2,) width and height in pixels of the resized heatmap's cells of `box`, by Detectron's rule restated
+    (`heatmaps_to_keypoints`: x = (column + 0.5) * w / max(ceil(w), min_size) + x1, w = max(x2 - x1, 1));
+    asserts that each keypoint lies on a cell centre, as the rule places it."""
+    origin = np.asarray(box[:2], np.float64)
+    sizes = np.maximum(np.asarray(box[2:], np.float64) - origin, 1.0)
+    cell = sizes / np.maximum(np.ceil(sizes), min_size)
+    cells = (np.asarray(keypoints[:, :2], np.float64) - origin) / cell - 0.5
+    assert np.abs(cells - np.round(cells)).max() < 0.01, f"keypoints off their heatmap cells' centres: {cells}"
+    return cell

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from savedmodel_fixtures import heatmap_cell_size
 from tfdet.ops.keypoints import heatmaps_to_keypoints
 from tfdet.ops.resize import resize_cubic_cv2
 
@@ -187,3 +188,21 @@ def test_resize_cubic_matches_cv2(rng, out_height, out_width):
     expected = cv2.resize(heatmap, (out_width, out_height), interpolation=cv2.INTER_CUBIC)
     resized = resize_cubic_cv2(heatmap, out_height, out_width).numpy()
     np.testing.assert_array_equal(resized, expected.reshape(out_height, out_width, NUM_KEYPOINTS))
+
+
+def test_keypoints_of_float_noise_boxes_lie_within_a_cell():
+    """What the served-vs-Predictor comparison allows (`heatmap_cell_size`): boxes 173.0002 and 172.9996 px wide
+    (float noise between two graphs) resize heatmaps to 174 and 173 cells, so the same peaks land up to a
+    cell apart, each on a cell centre. A position off a cell centre is refused."""
+    heatmaps = np.random.default_rng(3).normal(size=(2, 8, 8, 5)).astype(np.float32)
+    heatmaps[1] = heatmaps[0]
+    boxes = np.array([[50.0, 20.0, 223.0002, 40.0], [50.0006, 20.0, 223.0002, 40.0]], np.float32)
+    keypoints = heatmaps_to_keypoints(heatmaps, boxes).numpy()[..., :2]
+    cells = [heatmap_cell_size(keypoints[i], boxes[i]) for i in range(2)]
+    assert cells[0][0] < 0.995 < 0.999 < cells[1][0]  # 173.0002 / 174 and 172.9996 / 173
+    apart = np.abs(keypoints[0] - keypoints[1])
+    assert apart.max() > 0.3 and (apart <= np.maximum(*cells) + 1e-3).all()
+    moved = keypoints[0].copy()
+    moved[2, 0] += 0.5
+    with pytest.raises(AssertionError, match="off their heatmap cells"):
+        heatmap_cell_size(moved, boxes[0])
