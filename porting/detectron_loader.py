@@ -196,8 +196,10 @@ def port_weight_file(model, cfg, weight_file, path, allow_missing=False, progres
     """`load_detectron_weights` for the file at `path` already read (`porting.read_weight_file`)."""
     report = PortReport(path=str(path))
     assignments = match_blobs(model, weight_file.blobs, report, cfg.MRCNN.ROI_MASK_HEAD, progress)
-    if class_transfer is not None and report.mismatched:
-        assignments += transfer_classes(model, weight_file.blobs, report, class_transfer, cfg.MRCNN.ROI_MASK_HEAD)
+    if class_transfer is not None:
+        transferred = transfer_classes(model, weight_file.blobs, report, class_transfer, cfg.MRCNN.ROI_MASK_HEAD)
+        replaced = {id(variable) for variable, _ in transferred}
+        assignments = [entry for entry in assignments if id(entry[0]) not in replaced] + transferred
     report.ignored += [(name, _extra_reason(name)) for name in sorted(weight_file.extras)]
     saved_cfg = None if weight_file.cfg_text is None else weight_file.cfg()
     if saved_cfg is not None:
@@ -215,19 +217,22 @@ def port_weight_file(model, cfg, weight_file, path, allow_missing=False, progres
 
 
 def transfer_classes(model, blobs, report, class_transfer, mask_head=""):
-    """Resolve the report's shape mismatches that are a change of class (or keypoint) count: returns their
-    assignments, moves them from `report.mismatched` to `report.reinitialised`. The file's class names are
-    known for the class counts `tfdet.data.coco_classes.model_categories` names (81: COCO's)."""
+    """Class transfer (`tfdet.modeling.class_transfer`) of the count blobs both the file and the model hold, equal
+    shapes included: returns the assignments of those it gives new values (which replace the file's), removes them
+    from `report.mismatched` and adds its lines to `report.reinitialised`. The file's class names are known for the
+    class counts `tfdet.data.coco_classes.model_categories` names (81: COCO's)."""
     variables = {name: entry for name, *entry in model_blobs(model, mask_head)}
-    mismatches = {}
-    for name, _, _ in report.mismatched:
-        variable, to_caffe2, _ = variables[name]
-        mismatches[name] = (np.asarray(blobs[_source_blob(name, blobs)]), to_caffe2(np.asarray(variable.numpy())))
+    counted = {}
+    for name in class_transfer.layouts:
+        source = _source_blob(name, blobs)
+        if name in variables and source is not None:
+            variable, to_caffe2, _ = variables[name]
+            counted[name] = (np.asarray(blobs[source]), to_caffe2(np.asarray(variable.numpy())))
     num_classes = class_transfer.source_num_classes({name: np.shape(value) for name, value in blobs.items()})
     keypoints_on = any(name.startswith("kps_score") for name in blobs)
     source_names = model_categories(num_classes, keypoints_on).names if num_classes else None
     first_line = len(class_transfer.lines)
-    values, _ = class_transfer.resolve(mismatches, source_names)
+    values, _ = class_transfer.resolve(counted, source_names)
     report.mismatched = [entry for entry in report.mismatched if entry[0] not in values]
     report.reinitialised += class_transfer.lines[first_line:]
     return [(variables[name][0], variables[name][2](value)) for name, value in values.items()]

@@ -1,9 +1,11 @@
-"""Fine-tuning to other classes: TRAIN.WEIGHTS of an 81-class (COCO-named) model into a 6-class one.
+"""Fine-tuning to other classes: TRAIN.WEIGHTS of an 81-class (COCO-named) model into a 6-class one; of a model
+with the same class count whose classes are in another order or have other names; of a class-specific model into
+class-agnostic box and mask heads (and back).
 
 The source is a tiny model with seeded random weights, written as a Detectron `.pkl` and as our `.weights.h5`
-(COCO's classes stored, config.yaml beside it). The class-specific blobs must keep the values the fresh model drew
+(its classes stored, config.yaml beside it). The class-specific blobs must keep the values the fresh model drew
 (checked against Detectron's fills, restated here from its fast_rcnn_heads / mask_rcnn_heads / keypoint_rcnn_heads
-/ retinanet_heads), except the rows of classes named as COCO's, copied from the source (the row arithmetic is
+/ retinanet_heads), except the rows of classes named as the source's, copied from the source (the row arithmetic is
 restated below with explicit loops); every other blob must be the source's; any other mismatch is refused.
 """
 
@@ -28,6 +30,7 @@ from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
 from tfdet.modeling.class_transfer import ClassTransfer, count_layouts
 from tfdet.modeling.detectron_names import model_blobs
+from tfdet.modeling.retinanet import num_anchors
 
 RETINANET_CONFIG = "configs/shapes_retinanet.yaml"
 COCO = ModelCategories(COCO_CLASSES, (0,) + COCO_CATEGORY_IDS)
@@ -65,9 +68,9 @@ def caffe2_values(model, mask_head=""):
     return {name: np.array(to_caffe2(var.numpy())) for name, var, to_caffe2, _ in model_blobs(model, mask_head)}
 
 
-def write_source(cfg, directory, with_config=True, with_pkl=True):
+def write_source(cfg, directory, with_config=True, with_pkl=True, categories=COCO):
     """An inference model of `cfg` with seeded random weights, written as directory/model.pkl (`with_pkl`) and
-    directory/h5/model_final.weights.h5 (COCO's classes stored; config.yaml beside it when `with_config`);
+    directory/h5/model_final.weights.h5 (`categories` stored; config.yaml beside it when `with_config`);
     returns its {blob: Caffe2 value}."""
     directory.mkdir(exist_ok=True)
     with placeholder_initialization():
@@ -80,7 +83,7 @@ def write_source(cfg, directory, with_config=True, with_pkl=True):
         write_detectron_pkl(directory / "model.pkl", blobs, cfg.dump())
     (directory / "h5").mkdir()
     model.save_weights(directory / "h5" / "model_final.weights.h5")
-    write_model_categories(directory / "h5" / "model_final.weights.h5", COCO)
+    write_model_categories(directory / "h5" / "model_final.weights.h5", categories)
     if with_config:
         (directory / "h5" / "config.yaml").write_text(cfg.dump())
     return blobs
@@ -108,6 +111,17 @@ def transfer_lines(caplog):
     return [r.getMessage() for r in caplog.records if "re-initialised" in r.getMessage()]
 
 
+def check_rows(loaded, built, source, changed, expected_rows):
+    """The `changed` blobs hold the built values but for the rows `expected_rows(name, built value, source value)`
+    gives; every other blob is the source's (bit for bit)."""
+    for name in changed:
+        np.testing.assert_array_equal(loaded[name], expected_rows(name, built[name], source[name]), err_msg=name)
+    others = set(loaded) - set(changed)
+    assert others and others <= set(source)
+    for name in others:
+        np.testing.assert_array_equal(loaded[name], source[name], err_msg=name)
+
+
 def check_fine_tuned(loaded, built, source, reinitialised, lines, expected_rows):
     """The re-initialised blobs (each named once with both shapes) hold the built values but for the rows
     `expected_rows(name, built value, source value)` gives; every other blob is the source's."""
@@ -116,24 +130,27 @@ def check_fine_tuned(loaded, built, source, reinitialised, lines, expected_rows)
         (line,) = [line for line in lines if f"re-initialised {name}:" in line]
         assert f"source {old}, model {new}" in line
         assert loaded[name].shape == new
-        np.testing.assert_array_equal(loaded[name], expected_rows(name, built[name], source[name]), err_msg=name)
-    others = set(loaded) - set(reinitialised)
-    assert others and others <= set(source)
-    for name in others:
-        np.testing.assert_array_equal(loaded[name], source[name], err_msg=name)
+    check_rows(loaded, built, source, reinitialised, expected_rows)
 
 
-def rcnn_expected_rows(name, built, source):
-    """NumPy restatement: cls_score row c, bbox_pred rows 4c..4c+3 and mask_fcn_logits channel c of a model class
-    with a COCO name are the COCO class's; everything else (keypoints included) stays as built."""
-    expected = built.copy()
-    if name.startswith("kps_score"):
+def rcnn_rows(copied, agnostic=()):
+    """NumPy restatement: cls_score row c, bbox_pred rows 4c..4c+3 and mask_fcn_logits channel c of model class c
+    are source class copied[c]'s; everything else (keypoints, the `agnostic` blobs) stays as built."""
+
+    def expected_rows(name, built, source):
+        expected = built.copy()
+        if name.startswith("kps_score") or name in agnostic:
+            return expected
+        rows = 4 if name.startswith("bbox_pred") else 1
+        for c, s in copied.items():
+            for k in range(rows):
+                expected[rows * c + k] = source[rows * s + k]
         return expected
-    rows = 4 if name.startswith("bbox_pred") else 1
-    for c, coco in COPIED.items():
-        for k in range(rows):
-            expected[rows * c + k] = source[rows * coco + k]
-    return expected
+
+    return expected_rows
+
+
+rcnn_expected_rows = rcnn_rows(COPIED)
 
 
 def check_rcnn_lines(lines):
@@ -308,12 +325,13 @@ def random_pair(rng, source_shape, model_shape):
 def test_layouts_of_softmax_retinanet_fc_masks_and_class_specific_boxes():
     """Blob-level layouts restated by hand: softmax RetinaNet (background channel 0 of every anchor, copied too),
     class-specific RetinaNet boxes (4 channels a class, no background), FC mask logits (RESOLUTION^2 rows a class),
-    a class-agnostic box head (same shape for any count: not class-specific)."""
+    a class-agnostic box head (2 x 4 rows whatever the class count)."""
     rng = np.random.default_rng(0)
     names_81 = COCO_CLASSES
     cfg = load_config(RETINANET_CONFIG, ["MODEL.NUM_CLASSES", "6", "RETINANET.SOFTMAX", "True"])
     layouts = count_layouts(cfg)
-    assert set(layouts) == {"retnet_cls_pred_fpn2_w", "retnet_cls_pred_fpn2_b"}
+    assert set(layouts) == {f"retnet_{head}_pred_fpn2_{kind}" for head in ("cls", "bbox") for kind in "wb"}
+    assert layouts["retnet_bbox_pred_fpn2_w"].model_agnostic  # CLASS_SPECIFIC_BBOX False: 4 channels an anchor
     anchors = 6
     transfer = ClassTransfer(layouts, MODEL_NAMES)
     source, model = random_pair(rng, (anchors * 81,), (anchors * 6,))
@@ -340,7 +358,7 @@ def test_layouts_of_softmax_retinanet_fc_masks_and_class_specific_boxes():
 
     fc_cfg = tiny_cfg("MODEL.NUM_CLASSES", "6", "MRCNN.USE_FC_OUTPUT", "True", "MODEL.CLS_AGNOSTIC_BBOX_REG", "True")
     layouts = count_layouts(fc_cfg)
-    assert "bbox_pred_w" not in layouts  # 2 x 4 rows whatever the class count
+    assert layouts["bbox_pred_w"].model_agnostic and not layouts["mask_fcn_logits_w"].model_agnostic
     side = fc_cfg.MRCNN.RESOLUTION
     transfer = ClassTransfer(layouts, MODEL_NAMES)
     source, model = random_pair(rng, (81 * side * side, 12), (6 * side * side, 12))
@@ -352,16 +370,17 @@ def test_layouts_of_softmax_retinanet_fc_masks_and_class_specific_boxes():
 
 
 def test_what_is_not_a_class_count_change():
-    """Refused (left mismatched): another width besides the count, class blobs that disagree on the source's count,
-    a blob that is not class-specific. Unknown names or none in common copy nothing and say why."""
+    """Refused (left mismatched): another width besides the count, a class blob whose count is not the source's
+    (its cls_score's), a blob that is not class-specific. Unknown names or none in common copy nothing and say why."""
     rng = np.random.default_rng(1)
     transfer = ClassTransfer.for_config(model_cfg(), MODEL_NAMES)
     values, refused = transfer.resolve({"cls_score_w": random_pair(rng, (81, 32), (6, 64))}, COCO_CLASSES)
     assert values == {} and refused == ["cls_score_w"]
     mismatches = {"cls_score_b": random_pair(rng, (81,), (6,)), "bbox_pred_b": random_pair(rng, (4 * 80,), (24,))}
-    assert transfer.resolve(mismatches, COCO_CLASSES) == ({}, ["cls_score_b", "bbox_pred_b"])
+    values, refused = transfer.resolve(mismatches, COCO_CLASSES)
+    assert list(values) == ["cls_score_b"] and refused == ["bbox_pred_b"]
     assert transfer.resolve({"fc6_b": random_pair(rng, (32,), (64,))}, COCO_CLASSES) == ({}, ["fc6_b"])
-    assert transfer.lines == []
+    assert len(transfer.lines) == 1 and transfer.lines.pop().startswith("re-initialised cls_score_b: ")
 
     source, model = random_pair(rng, (81,), (6,))
     values, _ = ClassTransfer.for_config(model_cfg()).resolve({"cls_score_b": (source, model)}, COCO_CLASSES)
@@ -373,3 +392,203 @@ def test_what_is_not_a_class_count_change():
     np.testing.assert_array_equal(values["cls_score_b"], model)
     assert transfer.lines[0].endswith("no rows copied: the source's class names are unknown")
     assert transfer.lines[1].endswith("no rows copied: no class name in common")
+
+
+# Equal class counts: the source's classes a, b, c; the training set's c, a and a new d (same count, 4 with the
+# background). Model class -> the source class whose rows it gets; d (3) keeps the model's initialisation.
+ABC = ModelCategories(("__background__", "a", "b", "c"), (0, 1, 2, 3))
+REORDERED = ("__background__", "c", "a", "d")
+MOVED = {0: 0, 1: 3, 2: 1}
+RCNN_CLASS_BLOBS = tuple(f"{head}_{kind}" for head in ("cls_score", "bbox_pred", "mask_fcn_logits") for kind in "wb")
+
+
+def weights_lines(caplog):
+    """The messages tfdet.engine.weights logged."""
+    return [r.getMessage() for r in caplog.records if r.name == "tfdet.engine.weights"]
+
+
+def fine_tune(cfg, path, class_names, caplog):
+    """(built Caffe2 values, loaded Caffe2 values, transfer lines) of a fresh seeded training model of `cfg` given
+    TRAIN.WEIGHTS `path` for the training set's `class_names`."""
+    keras.utils.set_random_seed(SEED)
+    model = build_model(cfg, training=True)
+    built = caffe2_values(model, cfg.MRCNN.ROI_MASK_HEAD)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tfdet.engine.weights"):
+        load_initial_weights(model, cfg, str(path), class_names)
+    lines = [line for line in weights_lines(caplog) if not line.startswith("Initialised from ")]
+    return built, caffe2_values(model, cfg.MRCNN.ROI_MASK_HEAD), lines
+
+
+@pytest.fixture(scope="module")
+def abc_source(tmp_path_factory):
+    """The tiny R-CNN with 4 classes (a, b, c stored with the .weights.h5; the .pkl stores no names)."""
+    directory = tmp_path_factory.mktemp("abc_source")
+    return directory, write_source(tiny_cfg(), directory, categories=ABC)
+
+
+def test_equal_count_in_another_order_moves_rows_by_name(abc_source, caplog):
+    """Our .weights.h5 of classes a, b, c into a model of c, a, d: every class blob (cls_score, bbox_pred's 4 rows,
+    mask_fcn_logits' channel) of c and a comes from the source's same-name class at its new index, d's rows stay
+    as the model drew them, in one line naming both."""
+    directory, source = abc_source
+    path = directory / "h5" / "model_final.weights.h5"
+    built, loaded, lines = fine_tune(tiny_cfg(), path, REORDERED, caplog)
+    assert lines == [
+        f"TRAIN.WEIGHTS {path}: classes matched by name in {', '.join(RCNN_CLASS_BLOBS)} (4 classes on both sides): "
+        "copied from same-name source classes: '__background__' 0->0, 'c' 3->1, 'a' 1->2; re-initialised (the "
+        "model's initialisation): 'd' 3"
+    ]
+    check_rows(loaded, built, source, RCNN_CLASS_BLOBS, rcnn_rows(MOVED))
+    for name in RCNN_CLASS_BLOBS:  # not a by-index copy: d's rows are not c's
+        rows = 4 if name.startswith("bbox_pred") else 1
+        assert not np.array_equal(loaded[name][3 * rows : 4 * rows], source[name][3 * rows : 4 * rows]), name
+
+
+def test_equal_count_with_unknown_names_copies_rows_by_index_and_says_so(abc_source, caplog):
+    """The 4-class .pkl stores no class names (only 81 classes are known: COCO's); our .weights.h5 into a model whose
+    names are unknown: the class rows load by index, one line saying so."""
+    directory, source = abc_source
+    blobs = ", ".join(RCNN_CLASS_BLOBS)
+    for path, names, unknown in (
+        (directory / "model.pkl", REORDERED, "the source's class names are unknown"),
+        (directory / "h5" / "model_final.weights.h5", None, "the model's class names are unknown"),
+    ):
+        _, loaded, lines = fine_tune(tiny_cfg(), path, names, caplog)
+        by_index = f"class rows copied by index in {blobs} (4 classes on both sides): {unknown}"
+        assert lines == [f"TRAIN.WEIGHTS {path}: {by_index}"]
+        check_rows(loaded, {}, source, (), None)
+
+
+def test_equal_count_coco_detectron_pkl_with_classes_moved_and_renamed(rcnn_source, caplog):
+    """An 81-class Detectron .pkl (COCO's names) into an 81-class model whose json lists person and dog swapped and
+    calls car 'automobile': person's and dog's rows swap places, car's are the model's own, the rest load as they
+    are; one line."""
+    directory, source = rcnn_source
+    names = list(COCO_CLASSES)
+    names[1], names[17], names[3] = "dog", "person", "automobile"
+    moved = {c: c for c in range(81) if c != 3} | {1: 17, 17: 1}
+    built, loaded, lines = fine_tune(source_cfg(), directory / "model.pkl", names, caplog)
+    check_rows(loaded, built, source, RCNN_CLASS_BLOBS, rcnn_rows(moved))
+    (line,) = lines
+    pairs = ", ".join(f"{names[c]!r} {s}->{c}" for c, s in sorted(moved.items()))
+    assert line == (
+        f"TRAIN.WEIGHTS {directory / 'model.pkl'}: classes matched by name in {', '.join(RCNN_CLASS_BLOBS)} "
+        f"(81 classes on both sides): copied from same-name source classes: {pairs}; re-initialised (the model's "
+        "initialisation): 'automobile' 3"
+    )
+    assert "'dog' 17->1, 'bicycle' 2->2, " in line and "'person' 1->17" in line
+
+
+def test_equal_count_retinanet_moves_class_channels_of_every_anchor(tmp_path, caplog):
+    """RetinaNet (sigmoid: no background channel): retnet_cls_pred channel a * (C - 1) + c - 1 of model class c is
+    the source's same-name class's, for every anchor; the class-agnostic box head loads as it is."""
+    source = write_source(retinanet_cfg(4), tmp_path, categories=ABC)
+    cfg = retinanet_cfg(4)
+    anchors = cfg.RETINANET.SCALES_PER_OCTAVE * len(cfg.RETINANET.ASPECT_RATIOS)
+    path = tmp_path / "h5" / "model_final.weights.h5"
+    built, loaded, lines = fine_tune(cfg, path, REORDERED, caplog)
+    assert lines == [
+        f"TRAIN.WEIGHTS {path}: classes matched by name in retnet_cls_pred_fpn2_w, retnet_cls_pred_fpn2_b (4 classes "
+        "on both sides): copied from same-name source classes: 'c' 3->1, 'a' 1->2; re-initialised (the model's "
+        "initialisation): 'd' 3"
+    ]
+
+    def expected_rows(name, built_value, source_value):
+        expected = built_value.copy()
+        for a in range(anchors):
+            for c, s in MOVED.items():
+                if c:
+                    expected[a * 3 + c - 1] = source_value[a * 3 + s - 1]
+        return expected
+
+    check_rows(loaded, built, source, ("retnet_cls_pred_fpn2_w", "retnet_cls_pred_fpn2_b"), expected_rows)
+
+
+AGNOSTIC = ("MODEL.CLS_AGNOSTIC_BBOX_REG", "True", "MRCNN.CLS_SPECIFIC_MASK", "False")
+AGNOSTIC_BLOBS = ("bbox_pred_w", "bbox_pred_b", "mask_fcn_logits_w", "mask_fcn_logits_b")
+
+
+def check_agnostic_lines(lines, path, shapes, kinds):
+    """One line per blob class-specific on one side only, both shapes, the model's initialisation kept."""
+    for name, (old, new) in shapes.items():
+        expected = (f"TRAIN.WEIGHTS {path}: re-initialised {name}: source {old}, model {new} ({kinds}: the model's "
+                    "initialisation kept)")  # fmt: skip
+        assert lines.count(expected) == 1, (expected, lines)
+
+
+def test_class_specific_source_into_class_agnostic_heads(rcnn_source, caplog):
+    """81-class class-specific .pkl and .weights.h5 into a 6-class model with a class-agnostic box regressor (2 x 4
+    rows) and one mask: those keep the model's initialisation (detectron2 keeps a new layer of another shape),
+    cls_score's same-name rows are copied as for any count change."""
+    directory, source = rcnn_source
+    cfg = model_cfg(*AGNOSTIC)
+    shapes = {
+        "bbox_pred_w": ((324, 64), (8, 64)), "bbox_pred_b": ((324,), (8,)),
+        "mask_fcn_logits_w": ((81, 32, 1, 1), (1, 32, 1, 1)), "mask_fcn_logits_b": ((81,), (1,)),
+    }  # fmt: skip
+    reinitialised = {name: RCNN_REINITIALISED[name] for name in RCNN_REINITIALISED if name not in shapes} | shapes
+    for path in (directory / "model.pkl", directory / "h5" / "model_final.weights.h5"):
+        built, loaded, lines = fine_tune(cfg, path, MODEL_NAMES, caplog)
+        check_fine_tuned(loaded, built, source, reinitialised, lines, rcnn_rows(COPIED, AGNOSTIC_BLOBS))
+        check_agnostic_lines(lines, path, shapes, "class-specific source, class-agnostic model")
+
+
+def test_class_agnostic_source_into_class_specific_heads(tmp_path, caplog):
+    """The other way: an 81-class model with class-agnostic box and mask heads into the 6-class class-specific
+    model; the class-specific heads keep the model's initialisation."""
+    source = write_source(tiny_cfg("MODEL.NUM_CLASSES", "81", *AGNOSTIC), tmp_path)
+    shapes = {
+        "bbox_pred_w": ((8, 64), (24, 64)), "bbox_pred_b": ((8,), (24,)),
+        "mask_fcn_logits_w": ((1, 32, 1, 1), (6, 32, 1, 1)), "mask_fcn_logits_b": ((1,), (6,)),
+    }  # fmt: skip
+    reinitialised = {name: RCNN_REINITIALISED[name] for name in RCNN_REINITIALISED if name not in shapes} | shapes
+    for path in (tmp_path / "model.pkl", tmp_path / "h5" / "model_final.weights.h5"):
+        built, loaded, lines = fine_tune(model_cfg(), path, MODEL_NAMES, caplog)
+        check_fine_tuned(loaded, built, source, reinitialised, lines, rcnn_rows(COPIED, AGNOSTIC_BLOBS))
+        check_agnostic_lines(lines, path, shapes, "class-agnostic source, class-specific model")
+
+
+def test_class_agnostic_on_one_side_blob_level():
+    """RetinaNet's box head (class-specific A x 4 x (C - 1) channels vs agnostic A x 4) and the upsampled mask head's
+    fixed bilinear kernel (C x C vs 1 x 1) keep the model's value, both ways; agnostic on both sides, or a 2-class
+    class-specific box head (the shape of an agnostic one), loads as it is."""
+    rng = np.random.default_rng(2)
+    anchors = num_anchors(retinanet_cfg(6))
+    agnostic = ClassTransfer.for_config(retinanet_cfg(6), MODEL_NAMES)
+    specific = ClassTransfer.for_config(
+        load_config(RETINANET_CONFIG, ["MODEL.NUM_CLASSES", "6", "RETINANET.CLASS_SPECIFIC_BBOX", "True"]), MODEL_NAMES
+    )
+    cls_pred = random_pair(rng, (anchors * 80,), (anchors * 5,))
+    coco_box, agnostic_box, six_box = ((anchors * 4 * n, 8, 3, 3) for n in (80, 1, 5))
+    for transfer, (source, model), kinds in (
+        (agnostic, random_pair(rng, coco_box, agnostic_box), "class-specific source, class-agnostic model"),
+        (specific, random_pair(rng, agnostic_box, six_box), "class-agnostic source, class-specific model"),
+    ):
+        blobs = {"retnet_cls_pred_fpn2_b": cls_pred, "retnet_bbox_pred_fpn2_w": (source, model)}
+        values, refused = transfer.resolve(blobs, COCO_CLASSES)
+        assert refused == [] and set(values) == set(blobs)
+        np.testing.assert_array_equal(values["retnet_bbox_pred_fpn2_w"], model)
+        assert transfer.lines[-1] == (
+            f"re-initialised retnet_bbox_pred_fpn2_w: source {source.shape}, model {model.shape} ({kinds}: the model's "
+            "initialisation kept)"
+        )
+    same = random_pair(rng, agnostic_box, agnostic_box)
+    lines = len(agnostic.lines)
+    assert agnostic.resolve({"retnet_bbox_pred_fpn2_w": same}, COCO_CLASSES) == ({}, [])
+    assert len(agnostic.lines) == lines
+
+    upsampled = tiny_cfg("MODEL.NUM_CLASSES", "6", "MRCNN.UPSAMPLE_RATIO", "2", "MRCNN.CLS_SPECIFIC_MASK", "False")
+    transfer = ClassTransfer.for_config(upsampled, MODEL_NAMES)
+    source, model = random_pair(rng, (81, 81, 4, 4), (1, 1, 4, 4))
+    blobs = {"cls_score_b": random_pair(rng, (81,), (6,)), "mask_fcn_logits_up_w": (source, model)}
+    values, _ = transfer.resolve(blobs)
+    np.testing.assert_array_equal(values["mask_fcn_logits_up_w"], model)
+    assert transfer.lines[-1] == (
+        "re-initialised mask_fcn_logits_up_w: source (81, 81, 4, 4), model (1, 1, 4, 4) (class-specific source, "
+        "class-agnostic model: the model's initialisation kept)"
+    )
+
+    two_classes = ClassTransfer.for_config(tiny_cfg("MODEL.NUM_CLASSES", "2", *AGNOSTIC), ("__background__", "x"))
+    box = random_pair(rng, (8, 64), (8, 64))
+    assert two_classes.resolve({"cls_score_b": random_pair(rng, (2,), (2,)), "bbox_pred_w": box}, None) == ({}, [])

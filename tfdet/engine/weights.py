@@ -2,8 +2,10 @@
 
 What TRAIN.WEIGHTS names is decided by `tfdet.weights_file.weights_file` (as for every other weights
 argument): a Detectron `.pkl` (an ImageNet backbone or a whole model), our `.weights.h5` (an inference
-model's weights, copied by blob name) or a tfdet training checkpoint. From a file of another class count,
-`tfdet.modeling.class_transfer` says which blobs keep the model's initialisation and which rows are copied.
+model's weights, copied by blob name) or a tfdet training checkpoint. From a file of other classes (another count,
+or the same count in another order or with other names) or with a class-agnostic head where the model's is
+class-specific (or back), `tfdet.modeling.class_transfer` says which blobs keep the model's initialisation and
+which rows are copied where.
 """
 
 import logging
@@ -34,10 +36,12 @@ def load_initial_weights(model, cfg, path, class_names=None):
     """TRAIN.WEIGHTS (`path`, a local file, URL or catalog:// name) into the training `model` of `cfg`.
 
     From a `.pkl` blobs the file lacks keep their initialisation; an inference model has no DA heads, so a DA
-    training model keeps theirs from a `.weights.h5`. From a `.pkl` or `.weights.h5` of another class (or
-    keypoint) count, the blobs that follow the count keep the model's initialisation, except the rows of
-    classes named as the model's `class_names` (the training set's), which are copied; each such blob is
-    logged on one line."""
+    training model keeps theirs from a `.weights.h5`. From a `.pkl` or `.weights.h5`, the blobs that follow the
+    class count get the rows of the file's classes named as the model's `class_names` (the training set's), at
+    the model's index, and the model's initialisation elsewhere (equal counts and either side's names unknown: the
+    rows by index); another keypoint count, or a box or mask head class-agnostic on one side only, keeps the
+    model's initialisation (`tfdet.modeling.class_transfer`). What was done is logged: one line per blob of another
+    count, one line for the class blobs of an equal count."""
     source = weights_file(path, cfg.DOWNLOAD_CACHE, ROLE, checkpoints=True)
     class_transfer = ClassTransfer.for_config(cfg, class_names)
     if source.kind == DETECTRON_PICKLE:

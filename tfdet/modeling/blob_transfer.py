@@ -12,41 +12,42 @@ def copy_weights_by_blob_name(source, target, mask_head="", keep_missing=None, c
     weights between them. Raises ValueError naming the blobs `source` lacks or whose shapes differ,
     before changing anything; blobs for which `keep_missing(name)` is true may be absent from `source`
     and keep their values. With `class_transfer` (a `tfdet.modeling.class_transfer.ClassTransfer`:
-    fine-tuning from a model of other classes, named `source_names`), blobs that differ only in their class
-    or keypoint count are re-initialised as it says instead. Returns the number of variables copied.
+    fine-tuning from a model of other classes, named `source_names`), the blobs that follow the class or
+    keypoint count take the values it gives (rows by class name, or the model's initialisation), equal shapes
+    included. Returns the number of variables assigned.
     """
     values = {name: (variable, to_caffe2) for name, variable, to_caffe2, _ in model_blobs(source, mask_head)}
-    pairs, missing, mismatched = [], [], {}
-    for name, variable, to_caffe2, to_keras in model_blobs(target, mask_head):
-        if name not in values:
+    targets = {name: entry for name, *entry in model_blobs(target, mask_head)}  # (variable, to_caffe2, to_keras)
+    transferred = {} if class_transfer is None else _class_transfer(values, targets, class_transfer, source_names)
+    pairs, missing, mismatched = [], [], []
+    for name, (variable, _, _) in targets.items():
+        if name in transferred:
+            pairs.append((variable, transferred[name]))
+        elif name not in values:
             if not (keep_missing and keep_missing(name)):
                 missing.append(name)
         elif tuple(values[name][0].shape) != tuple(variable.shape):
-            mismatched[name] = (variable, to_caffe2, to_keras)
+            mismatched.append(f"{name} {tuple(values[name][0].shape)} vs {tuple(variable.shape)}")
         else:
             pairs.append((variable, values[name][0]))
-    if class_transfer is not None and mismatched:
-        resolved, _ = class_transfer.resolve(
-            {
-                name: (values[name][1](values[name][0].numpy()), to_caffe2(variable.numpy()))
-                for name, (variable, to_caffe2, _) in mismatched.items()
-            },
-            source_names,
-        )
-        for name, value in resolved.items():
-            variable, _, to_keras = mismatched.pop(name)
-            pairs.append((variable, to_keras(value).astype(variable.dtype)))
     if missing or mismatched:
         problems = []
         if missing:
             problems.append(f"missing: {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
         if mismatched:
-            shapes = [
-                f"{name} {tuple(values[name][0].shape)} vs {tuple(variable.shape)}"
-                for name, (variable, _, _) in mismatched.items()
-            ]
-            problems.append(f"shape mismatch: {', '.join(shapes[:5])}")
+            problems.append(f"shape mismatch: {', '.join(mismatched[:5])}")
         raise ValueError(f"Cannot copy weights by Detectron blob name ({'; '.join(problems)})")
     for variable, value in pairs:
         variable.assign(value)
     return len(pairs)
+
+
+def _class_transfer(values, targets, class_transfer, source_names):
+    """{blob name: Keras value} of the count blobs both models hold that `class_transfer` gives new values."""
+    blobs = {
+        name: (values[name][1](values[name][0].numpy()), targets[name][1](targets[name][0].numpy()))
+        for name in class_transfer.layouts
+        if name in values and name in targets
+    }
+    resolved, _ = class_transfer.resolve(blobs, source_names)
+    return {name: targets[name][2](value).astype(targets[name][0].dtype) for name, value in resolved.items()}
