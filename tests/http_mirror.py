@@ -4,7 +4,8 @@
 thread, answers at most `max_requests` requests (GET and HEAD; a missing file is 404) and stops by itself after
 them or when closed. `add(path, data)` writes a file and its `.md5sum` text (`md5=` to publish a wrong one);
 `cut_short(path)` makes the server announce the whole Content-Length but close after half the bytes;
-`stall(path)` sends that half and then waits (until `release()` or STALL_S) before closing.
+`stall(path)` sends that half and then waits (until `release()` or STALL_S) before closing; `answer(path, status,
+body)` answers requests for `path` with that status and body instead (an HTTP error, a captive portal's page).
 `requests` lists (method, path below the base) in order. The `detectron_mirror` fixture starts one over a
 temporary folder and points tfdet at it: TFDET_DETECTRON_URL at the mirror, TFDET_CACHE at an empty folder.
 """
@@ -32,6 +33,7 @@ class DetectronMirror:
         self.remaining = max_requests
         self.truncated = set()
         self.stalled = set()
+        self.answers = {}
         self.released = threading.Event()
         self._stopping = threading.Event()
         self._server = http.server.HTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -55,6 +57,10 @@ class DetectronMirror:
     def stall(self, path):
         """Send half of `path`'s bytes, then hold the connection open until `release()` (or STALL_S)."""
         self.stalled.add(path)
+
+    def answer(self, path, status, body=b""):
+        """Answer requests for `path` with HTTP `status` and `body` (text/html) instead of its file."""
+        self.answers[path] = (status, body)
 
     def release(self):
         self.released.set()
@@ -94,6 +100,9 @@ class DetectronMirror:
                 # the path as sent: files on disk keep '%3A' in their names, as in Detectron's cache
                 relative = self.path[len(BASE_PATH) :] if self.path.startswith(BASE_PATH) else ""
                 mirror.requests.append((self.command, relative or self.path))
+                if relative in mirror.answers:
+                    self._send(*mirror.answers[relative], body)
+                    return
                 file = mirror.folder / relative
                 if not relative or ".." in relative.split("/") or not file.is_file():
                     self.send_error(404)
@@ -112,6 +121,14 @@ class DetectronMirror:
                     self.close_connection = True
                     return
                 self.wfile.write(data)
+
+            def _send(self, status, data, body):
+                self.send_response(status)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if body:
+                    self.wfile.write(data)
 
             def log_message(self, *args):  # keep the test output clean
                 pass

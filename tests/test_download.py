@@ -87,6 +87,78 @@ def test_a_cached_file_is_checked_offline_against_its_stored_md5sum(detectron_mi
     assert os.path.isfile(path)  # unchecked, not wrong: kept
 
 
+CAPTIVE_PORTAL = b"<!DOCTYPE html>\n<html><head><title>Sign in to Airport Wi-Fi</title></head><body></body></html>\n"
+
+
+@pytest.mark.parametrize(
+    "status, body, answered",
+    [
+        (503, b"", "HTTP 503 Service Unavailable"),
+        (403, b"<html>blocked by policy</html>", "HTTP 403 Forbidden"),
+        (407, b"", "HTTP 407 Proxy Authentication Required"),
+        (200, CAPTIVE_PORTAL, "HTTP 200 with no md5 hash in its text ('<!DOCTYPE html>\\n<html><head><title>Sign ')"),
+    ],
+    ids=["503", "proxy-403", "proxy-407", "captive-portal-html"],
+)
+def test_an_md5sum_without_an_md5_falls_back_to_the_stored_one(detectron_mirror, capsys, status, body, answered):
+    """A cached, verified file stays usable when URL.md5sum answers an HTTP error or a page without an md5: checked
+    against the stored md5sum, in one note line naming the failure; a wrong file is still refused against it.
+    Nothing cached: one line saying what to fetch and where to put it."""
+    url = detectron_mirror.add(R50, PAYLOAD)
+    path = resolve_weights(url)
+    capsys.readouterr()
+    detectron_mirror.answer(f"{R50}.md5sum", status, body)
+    assert resolve_weights(url) == path
+    assert capsys.readouterr().err == f"note: {url}.md5sum answered {answered}; checked {path} against {path}.md5sum\n"
+
+    with open(path, "r+b") as file:  # the stored md5 still decides: one byte changed is refused
+        file.write(b"X")
+    with pytest.raises(DownloadError) as refused:
+        resolve_weights(url)
+    actual = hashlib.md5(b"X" + PAYLOAD[1:]).hexdigest()
+    expected = hashlib.md5(PAYLOAD).hexdigest()
+    assert str(refused.value) == (
+        f"the cached {path} has md5 {actual}, not {expected} ({path}.md5sum): removed it from the cache; run again to "
+        "download it anew"
+    )
+    assert cache_files(detectron_mirror.cache) == []
+
+    with pytest.raises(DownloadError) as refused:  # nothing cached now
+        resolve_weights(url)
+    assert str(refused.value) == (
+        f"cannot download {url} ({url}.md5sum answered {answered}); put the file at {path} and the text of "
+        f"{url}.md5sum at {path}.md5sum"
+    )
+    assert cache_files(detectron_mirror.cache) == []
+
+
+def test_a_cached_file_without_its_stored_md5sum_is_not_used_when_the_md5sum_answers_an_error(detectron_mirror):
+    url = detectron_mirror.add(R50, PAYLOAD)
+    path = resolve_weights(url)
+    os.remove(path + ".md5sum")
+    detectron_mirror.answer(f"{R50}.md5sum", 503)
+    with pytest.raises(DownloadError) as refused:
+        resolve_weights(url)
+    assert str(refused.value) == (
+        f"cannot check the cached {path}: {url}.md5sum answered HTTP 503 Service Unavailable; put its text at "
+        f"{path}.md5sum to check the file offline"
+    )
+    assert os.path.isfile(path)  # unchecked, not wrong: kept
+
+
+def test_an_http_error_on_the_file_itself_says_what_to_fetch_and_where(detectron_mirror):
+    url = detectron_mirror.add(R50, PAYLOAD)
+    detectron_mirror.answer(R50, 403, b"<html>forbidden</html>")
+    with pytest.raises(DownloadError) as refused:
+        resolve_weights(url)
+    path = detectron_mirror.cache / "detectron" / R50
+    assert str(refused.value) == (
+        f"cannot download {url} ({url} answered HTTP 403 Forbidden); put the file at {path} and the text of "
+        f"{url}.md5sum at {path}.md5sum"
+    )
+    assert [name for name in cache_files(detectron_mirror.cache) if not name.endswith(".md5sum")] == []
+
+
 def test_a_wrong_md5_is_refused_and_nothing_is_cached(detectron_mirror):
     url = detectron_mirror.add(R50, PAYLOAD, md5="0123456789abcdef0123456789abcdef")
     with pytest.raises(DownloadError) as refused:

@@ -8,8 +8,9 @@ they are the ones that publish an md5.
 Where tfdet goes further, so that nothing half-written or unchecked is ever used:
 * the download goes to a temporary file in the same folder, renamed only once its md5 matches; a connection
   closed early, a stalled one (TIMEOUT_S without a byte), Ctrl-C or a wrong md5 leave nothing behind;
-* the md5sum text is kept beside the file (`FILE.md5sum`, the URL's layout again): when `URL.md5sum` cannot be
-  reached later, the cached file is checked against that copy instead (said in one line on stderr);
+* the md5sum text is kept beside the file (`FILE.md5sum`, the URL's layout again): when `URL.md5sum` gives no md5
+  later (no answer, an HTTP error such as a proxy's 403/407 or a 503, a page without an md5 such as a captive
+  portal's), the cached file is checked against that copy instead (said in one `note:` line on stderr);
 * a cached file whose md5 differs from the reference is removed (Detectron only asserts).
 
 Where files go: `$TFDET_CACHE/detectron/<path below the base>` (TFDET_CACHE defaults to ~/.cache/tfdet); a config
@@ -146,52 +147,77 @@ def cache_url(url, download_cache=None, timeout=TIMEOUT_S) -> str:
         return str(path)
     try:
         expected = _reference_md5(source, timeout)
-    except _Unreachable as error:
-        raise DownloadError(_offline_message(source, path, error)) from None
+    except _Unavailable as failure:
+        raise DownloadError(_by_hand_message(source, path, failure)) from None
     path.parent.mkdir(parents=True, exist_ok=True)
     _download(source, path, expected, timeout)
     return str(path)
 
 
-class _Unreachable(Exception):
-    """No answer from the server (no network, refused, timed out): the offline case."""
+class _Unavailable(Exception):
+    """A URL that gave nothing usable: no answer (no network, refused, timed out: `answered` False), or an answer
+    without what was asked for (an HTTP error status, an md5sum text without an md5); `reason` says which."""
+
+    def __init__(self, url, reason, answered=False):
+        super().__init__(reason)
+        self.url, self.reason, self.answered = url, reason, answered
+
+    def __str__(self):
+        """'URL is unreachable (Connection refused)', 'URL answered HTTP 503 Service Unavailable'."""
+        if self.answered:
+            return f"{self.url} answered {self.reason}"
+        return f"{self.url} is unreachable ({self.reason})"
 
 
-def _offline_message(source, path, reason):
+def _by_hand_message(source, path, failure):
+    """A failed first download in one line: why, what to fetch by hand and where to put it."""
+    why, by_hand = (str(failure), "put") if failure.answered else (failure.reason, "without network, put")
     return (
-        f"cannot download {source} ({reason}); without network, put the file at {path} and the text of "
+        f"cannot download {source} ({why}); {by_hand} the file at {path} and the text of "
         f"{source}{MD5SUM_SUFFIX} at {path}{MD5SUM_SUFFIX}"
     )
 
 
 def _open(url, timeout, method="GET"):
-    """urlopen with a bound on every wait; HTTP errors are DownloadError, no answer is _Unreachable."""
+    """urlopen with a bound on every wait; an HTTP error status or no answer is _Unavailable."""
     try:
         return urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=timeout)
     except urllib.error.HTTPError as error:
-        raise DownloadError(f"{url}: HTTP {error.code} {error.reason}") from None
+        raise _Unavailable(url, f"HTTP {error.code} {error.reason}", answered=True) from None
     except urllib.error.URLError as error:
-        raise _Unreachable(getattr(error.reason, "strerror", None) or error.reason) from None
+        raise _Unavailable(url, getattr(error.reason, "strerror", None) or error.reason) from None
     except (OSError, http.client.HTTPException) as error:
-        raise _Unreachable(str(error) or type(error).__name__) from None
+        raise _Unavailable(url, str(error) or type(error).__name__) from None
 
 
 def _reference_md5(source, timeout) -> str:
-    """The md5 hex digest published as the text of `source.md5sum` (the first word, lower case)."""
+    """The md5 hex digest published as the text of `source.md5sum` (the first word, lower case); _Unavailable
+    when it cannot be fetched or holds no md5 (a proxy's or captive portal's page)."""
     url = source + MD5SUM_SUFFIX
     try:
         with _open(url, timeout) as response:
-            text = response.read(MAX_MD5SUM_BYTES)
+            status, text = response.status, response.read(MAX_MD5SUM_BYTES).decode("latin-1")
     except (OSError, http.client.HTTPException) as error:
-        raise _Unreachable(str(error) or type(error).__name__) from None
-    return _parse_md5(text.decode("latin-1"), url)
+        raise _Unavailable(url, str(error) or type(error).__name__) from None
+    md5 = _md5_in(text)
+    if md5 is None:
+        raise _Unavailable(url, f"HTTP {status} with no md5 hash in its text ({text.strip()[:40]!r})", answered=True)
+    return md5
+
+
+def _md5_in(text):
+    """The md5 hex digest that starts an md5sum text (lower case), or None."""
+    words = text.split()
+    if not words or not re.fullmatch(r"[0-9a-fA-F]{32}", words[0]):
+        return None
+    return words[0].lower()
 
 
 def _parse_md5(text, where) -> str:
-    words = text.split()
-    if not words or not re.fullmatch(r"[0-9a-fA-F]{32}", words[0]):
+    md5 = _md5_in(text)
+    if md5 is None:
         raise DownloadError(f"{where}: holds no md5 hash ({text.strip()[:40]!r})")
-    return words[0].lower()
+    return md5
 
 
 def file_md5(path) -> str:
@@ -204,26 +230,26 @@ def file_md5(path) -> str:
 
 
 def _check_cached(source, path, timeout):
-    """Detectron's assert_cache_file_is_ok, offline-aware: against `source.md5sum`, else against the stored copy."""
+    """Detectron's assert_cache_file_is_ok, offline-aware: against `source.md5sum`, else (whatever kept it from
+    giving an md5) against the stored copy, said in one `note:` line."""
     stored_path = pathlib.Path(f"{path}{MD5SUM_SUFFIX}")
+    reference = f"{source}{MD5SUM_SUFFIX}"
     try:
         expected = _reference_md5(source, timeout)
-    except _Unreachable as error:
+    except _Unavailable as failure:
         if not stored_path.is_file():
             raise DownloadError(
-                f"cannot check the cached {path}: {source}{MD5SUM_SUFFIX} is unreachable ({error}); put its text at "
-                f"{stored_path} to check the file offline"
+                f"cannot check the cached {path}: {failure}; put its text at {stored_path} to check the file offline"
             ) from None
-        expected = _parse_md5(stored_path.read_text(encoding="latin-1"), stored_path)
-        print(f"note: {source}{MD5SUM_SUFFIX} is unreachable ({error}); checked {path} against {stored_path}",
-              file=sys.stderr)  # fmt: skip
+        expected, reference = _parse_md5(stored_path.read_text(encoding="latin-1"), stored_path), stored_path
+        print(f"note: {failure}; checked {path} against {stored_path}", file=sys.stderr)
     actual = file_md5(path)
     if actual != expected:
         path.unlink(missing_ok=True)
         stored_path.unlink(missing_ok=True)
         raise DownloadError(
-            f"the cached {path} has md5 {actual}, not {expected} ({source}{MD5SUM_SUFFIX}): removed it from the "
-            "cache; run again to download it anew"
+            f"the cached {path} has md5 {actual}, not {expected} ({reference}): removed it from the cache; run again "
+            "to download it anew"
         )
     if not stored_path.is_file() or _stored_md5(stored_path) != expected:
         _write_atomically(stored_path, (expected + "\n").encode())
@@ -246,8 +272,8 @@ def _download(source, path, expected, timeout):
                 length = response.headers.get("Content-Length")
                 total = int(length) if length and length.strip().isdigit() else None
                 received, actual = _stream(response, temporary, total, path.name)
-        except _Unreachable as error:
-            raise DownloadError(_offline_message(source, path, error)) from None
+        except _Unavailable as failure:
+            raise DownloadError(_by_hand_message(source, path, failure)) from None
         except (OSError, http.client.HTTPException) as error:  # a stall or reset mid-body
             raise DownloadError(f"{source}: the download broke off ({error}); nothing was cached, run again") from None
         if total is not None and received != total:
@@ -311,8 +337,8 @@ def remote_size(url, timeout=TIMEOUT_S):
     try:
         with _open(source, timeout, method="HEAD") as response:
             length = response.headers.get("Content-Length")
-    except _Unreachable as error:
-        raise DownloadError(f"cannot reach {source} ({error})") from None
-    except DownloadError:  # an HTTP error status
-        return None
+    except _Unavailable as failure:
+        if failure.answered:  # an HTTP error status
+            return None
+        raise DownloadError(f"cannot reach {source} ({failure.reason})") from None
     return int(length) if length and length.strip().isdigit() else None
