@@ -102,13 +102,13 @@ def model_categories(num_classes, keypoints_on=False, dataset_json=None, stored=
 
 
 def _json_categories(dataset_json, num_classes):
-    """The ModelCategories of a COCO json's categories (a file, or its loaded dict), checked to number
-    NUM_CLASSES - 1."""
+    """The ModelCategories of a COCO json's categories (a file, read as UTF-8 whatever the locale, or its loaded
+    dict), checked to number NUM_CLASSES - 1."""
     try:
         if isinstance(dataset_json, dict):
             categories = list(dataset_json["categories"])  # json order, as Detectron
         else:
-            with open(dataset_json) as f:
+            with open(dataset_json, encoding="utf-8") as f:  # as training reads it (coco_json.load_json)
                 categories = list(json.load(f)["categories"])
         names = ("__background__",) + tuple(str(c["name"]) for c in categories)
         json_ids = (0,) + tuple(int(c["id"]) for c in categories)

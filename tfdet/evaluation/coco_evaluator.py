@@ -20,6 +20,7 @@ import numpy as np
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
+from tfdet.data.coco_json import coco_of, load_json
 from tfdet.evaluation.results import IOU_TYPES, split_by_iou_type
 
 COCO_PERSON_OKS_SIGMAS = (
@@ -32,15 +33,14 @@ KEYPOINT_STATS = ("AP", "AP50", "AP75", "APm", "APl", "AR", "AR50", "AR75", "ARm
 
 
 def load_coco(annotation_file):
-    """pycocotools COCO of an annotation file, quietly, with a one-line error for a missing or bad file."""
-    path = pathlib.Path(annotation_file)
-    if not path.is_file():
-        raise FileNotFoundError(f"annotation file not found: {path}")
+    """pycocotools COCO of an annotation file read as UTF-8 whatever the locale (`coco_json.load_json`, as training
+    reads it; pycocotools' own reader uses the locale's encoding), quietly, with a one-line error for a missing or
+    bad file."""
+    data = load_json(annotation_file)
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            return COCO(str(path))
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
-        raise ValueError(f"{path} is not a COCO annotation file: {error!r}") from None
+        return coco_of(data)
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"{annotation_file} is not a COCO annotation file: {error!r}") from None
 
 
 def keypoint_names(coco_gt):
