@@ -133,7 +133,7 @@ def read_results(path):
     if not path.is_file():
         raise FileNotFoundError(f"results file not found: {path}")
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             results = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path} is not a json file: {error}") from None

@@ -56,7 +56,7 @@ class AnnotatedImage:
 
 def _image_size(polygons_path):
     try:
-        content = json.loads(polygons_path.read_text())
+        content = json.loads(polygons_path.read_text(encoding="utf-8"))
         width, height = int(content["imgWidth"]), int(content["imgHeight"])
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ConversionError(f"{polygons_path}: not a gtFine polygons file with imgWidth and imgHeight ({error!r})")

@@ -22,7 +22,7 @@ _LABEL_FIELDS = 15  # KITTI's training labels (result files add a score)
 def _car_boxes(label_path):
     """[x1, y1, x2, y2] of the `Car` lines of a label file."""
     boxes = []
-    for number, line in enumerate(label_path.read_text().splitlines(), start=1):
+    for number, line in enumerate(label_path.read_text(encoding="utf-8").splitlines(), start=1):
         fields = line.split()
         if not fields or fields[0] != CATEGORY["name"]:
             continue
