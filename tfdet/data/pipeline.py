@@ -8,7 +8,9 @@ pure TensorFlow ops, so that parallel map calls never take the GIL:
   (`_shuffle_roidb_inds`), so no batch mixes orientations; without it, one permutation cut to a
   multiple of the batch size. Either way a few images (fewer than a batch per group) sit out each
   epoch, different ones every epoch. The stream repeats forever (training counts iterations).
-- Per image: one of TRAIN.SCALES at random, capped by TRAIN.MAX_SIZE; a horizontal flip with
+- Per image: the file read as inference reads it (`tfdet.image_io.read_image`: OpenCV, EXIF orientation
+  applied, any format OpenCV decodes; one decoder for training, evaluation, inference and export), its
+  size checked against the json's; one of TRAIN.SCALES at random, capped by TRAIN.MAX_SIZE; a horizontal flip with
   probability 1/2 when TRAIN.USE_FLIPPED (Detectron instead appends flipped copies to the roidb:
   the same expected data, but here one epoch is one pass over the images); the image prepared as
   `tfdet.preprocessing.prepare_image` does at test time (see `transforms`).
@@ -45,11 +47,14 @@ Detectron has no cap): objects past it are dropped, with a warning.
 """
 
 import logging
+import os
+import re
 
 import numpy as np
 import tensorflow as tf
 
 from tfdet.data import transforms
+from tfdet.image_io import UnreadableImage, read_image
 from tfdet.preprocessing import padding_stride
 
 logger = logging.getLogger(__name__)
@@ -139,6 +144,32 @@ def replica_dataset_fn(build_dataset, *args, **kwargs):
     return dataset_fn
 
 
+def read_annotated_image(path, size):
+    """The BGR pixels of an image file as inference reads them (`tfdet.image_io.read_image`: OpenCV, EXIF
+    orientation applied, any format OpenCV decodes), refused unless its (height, width) is the annotated `size`."""
+    path = os.fsdecode(path)
+    image = read_image(path)
+    height, width = (int(v) for v in size)
+    if image.shape[:2] != (height, width):
+        turned = " (the json gives the size before the EXIF orientation is applied)" if image.shape[:2] == (
+            width, height) else ""
+        raise UnreadableImage(
+            f"{path}: the image is {image.shape[1]}x{image.shape[0]} (width x height, as OpenCV shows it) but "
+            f"its annotations say {width}x{height}{turned}"
+        )
+    return image
+
+
+_IMAGE_ERROR = re.compile(r"UnreadableImage: (.+)")
+
+
+def unreadable_image_error(error):
+    """The UnreadableImage that `read_annotated_image` raised inside the input pipeline, out of the
+    `tf.errors.OpError` that carries it (None when the error is of another cause)."""
+    found = _IMAGE_ERROR.search(getattr(error, "message", "") or str(error))
+    return UnreadableImage(found.group(1).strip()) if found else None
+
+
 def _epoch_seed(seed, epoch):
     """The stateless seed of an epoch: every random choice derives from (RNG_SEED, epoch)."""
     return tf.stack([tf.constant(seed, tf.int64), epoch])
@@ -217,12 +248,10 @@ class _ImageLoader:
         else:
             flipped = tf.constant(bool(self.flip))
         height, width = self.sizes[index][0], self.sizes[index][1]
-        path = self.file_paths[index]
-        image = transforms.decode_bgr(tf.io.read_file(path))
-        tf.debugging.Assert(
-            tf.reduce_all(tf.equal(tf.shape(image)[:2], self.sizes[index])),
-            ["image", path, "has size", tf.shape(image)[:2], "but its annotations say", self.sizes[index]],
+        image = tf.numpy_function(
+            read_annotated_image, [self.file_paths[index], self.sizes[index]], tf.uint8, stateful=False
         )
+        image = tf.ensure_shape(image, [None, None, 3])
         image = tf.cond(flipped, lambda: tf.reverse(image, axis=[1]), lambda: image)
         scale = transforms.image_scale(height, width, target, self.max_size)
         image = transforms.resize_image_by_scale(transforms.subtract_means(image, self.pixel_means), scale)

@@ -1,7 +1,8 @@
 """Training-image transforms as TensorFlow ops (no Python callbacks), with Detectron's numerics.
 
-The image path reproduces `tfdet.preprocessing.prepare_image` (Detectron's `prep_im_for_blob`):
-JPEG decoded as `cv2.imread` decodes it (libjpeg's accurate integer DCT), optional horizontal flip
+The image path reproduces `tfdet.preprocessing.prepare_image` (Detectron's `prep_im_for_blob`) on the
+pixels `cv2.imread` gives (the pipeline reads files with `tfdet.image_io.read_image`; `decode_bgr`
+gives the same pixels from encoded bytes with TF ops, for the SavedModel), optional horizontal flip
 of the original image (Detectron flips before resizing), mean subtraction, then
 `cv2.resize(im, None, fx=scale, fy=scale)` INTER_LINEAR (`tfdet.ops.resize_linear_cv2` by scale:
 OpenCV's sampling, within one float32 ulp). Training subtracts the means in float32 (within one ulp
@@ -13,6 +14,7 @@ mirrored pixel for pixel) and is then multiplied by the scale.
 
 import tensorflow as tf
 
+from tfdet.data.exif_orientation import apply_orientation, exif_orientation
 from tfdet.ops.resize import resize_linear_cv2
 
 # COCO's compressed RLE: 5 payload bits per character, offset by 48, bit 5 = more characters follow,
@@ -24,17 +26,21 @@ _RLE_PAYLOAD_BITS = 5
 
 
 def decode_bgr(encoded):
-    """Image bytes -> (H, W, 3) uint8 BGR, pixel for pixel what `cv2.imread` gives.
+    """Image bytes -> (H, W, 3) uint8 BGR, pixel for pixel what `cv2.imdecode(IMREAD_COLOR)` gives, with
+    TensorFlow ops only (the SavedModel's decoder; everything else reads with `tfdet.image_io.read_image`).
 
-    TF's default JPEG decoder uses libjpeg's fast integer DCT (off by a few levels in most pixels);
-    OpenCV uses the accurate one. PNG/BMP/GIF go through `decode_image`.
+    JPEG uses libjpeg's accurate integer DCT as OpenCV does (TF's default, the fast one, is off by a few
+    levels); PNG (16-bit, grey, palette, alpha), BMP, GIF and WebP go through `decode_image`; the EXIF
+    Orientation tag of JPEG, PNG and WebP is applied as OpenCV applies it. TIFF and other formats TensorFlow
+    lacks raise InvalidArgumentError ("Unknown image file format"); a CMYK JPEG may differ by one level.
     """
     rgb = tf.cond(
         tf.io.is_jpeg(encoded),
         lambda: tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_ACCURATE"),
         lambda: tf.io.decode_image(encoded, channels=3, dtype=tf.uint8, expand_animations=False),
     )
-    return tf.reverse(tf.ensure_shape(rgb, [None, None, 3]), axis=[-1])
+    bgr = tf.reverse(tf.ensure_shape(rgb, [None, None, 3]), axis=[-1])
+    return apply_orientation(bgr, exif_orientation(encoded))
 
 
 def subtract_means(image_bgr, pixel_means, compute_dtype=tf.float32):

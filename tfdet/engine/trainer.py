@@ -32,7 +32,7 @@ from tfdet.config.support import check_supported
 from tfdet.data.domain_pipeline import distributed_domain_dataset_fn
 from tfdet.data.domain_pipeline import target_roidb as configured_target_roidb
 from tfdet.data.model_labels import roidb_categories
-from tfdet.data.pipeline import distributed_dataset_fn
+from tfdet.data.pipeline import distributed_dataset_fn, unreadable_image_error
 from tfdet.data.roidb import training_roidb
 from tfdet.engine.checkpoint import (
     FINAL_WEIGHTS,
@@ -203,6 +203,19 @@ class Trainer:
         self.optimizer.apply_gradients(zip(gradients, variables))
         return outputs
 
+    def _next_batch(self, iterator, saved_at):
+        """The next batch; an image the input pipeline cannot read (or of another size than its json says)
+        stops the run as one UnreadableImage line naming it, after a checkpoint of the iterations done."""
+        try:
+            return next(iterator)
+        except tf.errors.OpError as error:
+            image_error = unreadable_image_error(error)
+            if image_error is None:
+                raise
+            if self.iteration != saved_at:
+                self.checkpointer.save()
+            raise image_error from None
+
     def train(self):
         """Train from the current iteration to SOLVER.MAX_ITER; returns a TrainingResult.
 
@@ -229,7 +242,7 @@ class Trainer:
                 if chief and lr_change:
                     logger.info(lr_change)
                 stats.iter_tic()
-                outputs = self.train_step(next(iterator))
+                outputs = self.train_step(self._next_batch(iterator, saved_at))
                 stats.iter_toc()
                 losses = loss_terms(outputs)
                 check_finite_losses(losses, cur_iter)
