@@ -46,8 +46,7 @@ def _self_suppress(tile_boxes, tile_keep, iou_threshold, same_group=None):
     """Greedy NMS inside one tile: (B, T) keep mask given the boxes not yet suppressed (and, with
     `same_group` (B, T, T), only boxes of one group suppressing each other)."""
     size = tf.shape(tile_boxes)[1]
-    earlier = tf.linalg.band_part(tf.ones([size, size], tf.bool), 0, -1)
-    earlier = tf.logical_and(earlier, tf.logical_not(tf.eye(size, dtype=tf.bool)))
+    earlier = tf.range(size)[:, None] < tf.range(size)[None, :]  # row i before column j (comparisons export anywhere)
     overlaps = tf.logical_and(_suppresses(pairwise_iou(tile_boxes, tile_boxes), iou_threshold), earlier)
     if same_group is not None:
         overlaps = tf.logical_and(overlaps, same_group)
