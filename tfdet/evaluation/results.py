@@ -20,7 +20,6 @@ import json
 import pathlib
 
 import numpy as np
-import pycocotools.mask as mask_util
 
 KEYPOINT_CONFIDENCES = ("bbox", "logit", "prob")
 IOU_TYPES = ("bbox", "segm", "keypoints")
@@ -45,10 +44,32 @@ def xywh_to_xyxy(boxes):
 
 
 def encode_mask(mask):
-    """Compressed RLE of one (H, W) binary mask, `counts` as str so that it is json-serialisable."""
-    rle = mask_util.encode(np.asfortranarray(np.asarray(mask, np.uint8)))
-    rle["counts"] = rle["counts"].decode("ascii")
-    return rle
+    """Compressed RLE of one (H, W) binary mask, as `pycocotools.mask.encode` gives it (`counts` as str, so
+    that it is json-serialisable), in NumPy: writing results needs no pycocotools (the TF-free runner)."""
+    mask = np.asarray(mask)
+    height, width = mask.shape
+    flat = mask.astype(bool).ravel(order="F")  # COCO's RLE runs down the columns
+    changes = np.flatnonzero(flat[1:] != flat[:-1]) + 1
+    edges = np.concatenate([[0], changes, [flat.size]])
+    counts = np.diff(edges)
+    if flat.size and flat[0]:  # runs alternate starting with background: a leading empty run
+        counts = np.concatenate([[0], counts])
+    return {"size": [int(height), int(width)], "counts": _rle_string(counts.tolist())}
+
+
+def _rle_string(counts):
+    """pycocotools' `rleToString`: each run (after the second, as the difference to the run two before) in
+    5-bit groups, least significant first, offset by 48; bit 5 marks that more groups follow."""
+    characters = []
+    for i, value in enumerate(counts):
+        value = value - counts[i - 2] if i > 2 else value
+        more = True
+        while more:
+            group = value & 0x1F
+            value >>= 5
+            more = value != -1 if group & 0x10 else value != 0
+            characters.append(chr(group + 48 + (0x20 if more else 0)))
+    return "".join(characters)
 
 
 def detections_to_coco(detections, image_id, category_ids, keypoint_confidence="bbox"):
