@@ -21,7 +21,7 @@ from pycocotools.coco import COCO
 from porting.__main__ import main as porting_main
 from porting.detectron_writer import model_to_blobs, write_detectron_pkl
 from savedmodel_fixtures import SHAPES_CATEGORIES, TINY_TEST, TinyModel, shapes_val_images
-from tfdet import evaluate, infer
+from tfdet import detection_writer, evaluate, infer
 from tfdet.config import load_config
 from tfdet.data import shapes
 from tfdet.data.coco_classes import COCO_CATEGORY_IDS, COCO_CLASSES, ModelCategories, model_categories
@@ -183,8 +183,8 @@ def test_infer_names_classes_and_writes_dataset_ids_without_dataset_json(
         drawn.append(class_names)
         return real_draw(image, detections, class_names, *args)
 
-    real_draw = infer.draw_detections
-    monkeypatch.setattr(infer, "draw_detections", recording_draw)
+    real_draw = detection_writer.draw_detections
+    monkeypatch.setattr(detection_writer, "draw_detections", recording_draw)
     out = tmp_path / "out"
     argv = ["--cfg", str(tiny.config), "--weights", str(own_weights), "--input", shapes_image, "--output", str(out),
             "--thresh", "0.3", *TINY_TEST]  # fmt: skip
