@@ -382,15 +382,15 @@ def test_malformed_json_and_missing_files(work, tmp_path, in_work):
 def test_degenerate_polygons_are_dropped_with_one_warning(work, tmp_path, caplog):
     data = good_dataset()
     _annotation_of(data, 11)["segmentation"].insert(0, [1, 1, 4, 4])  # 2 points
-    _annotation_of(data, 12)["segmentation"].append([20, 5, 30, 5, 30, 12, 20])  # odd coordinate count
+    _annotation_of(data, 12)["segmentation"].append([20, 5, 30, 5, 30, 12, 20])  # 7 coordinates: kept, as Detectron
     _annotation_of(data, 16)["segmentation"].append([10, 10, 12, 12])
     path = _write(tmp_path, data)
     with caplog.at_level(logging.WARNING, logger="tfdet.data.roidb"):
         roidb = load_coco_roidb(path, work / "data" / "images", with_masks=True)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == [
-        f"{path}: dropped 3 polygon(s) with fewer than 3 points or an odd number of coordinates, as Detectron "
-        "does (the first in annotation id 11)"
+        f"{path}: dropped 2 polygon(s) of fewer than 6 coordinates (3 points), as Detectron does (the first in "
+        "annotation id 11)"
     ]
     record = roidb.records[1]  # image 5: annotation 11's mask is its box alone, the 2-point polygon dropped
     mask = mask_util.decode({"size": [32, 40], "counts": record.mask_rles[0]})

@@ -1,7 +1,9 @@
 """COCO json -> training records: Detectron's json_dataset / filter_for_training conventions on a handmade json."""
 
+import gc
 import json
 import logging
+import pathlib
 
 import cv2
 import numpy as np
@@ -10,7 +12,10 @@ import pytest
 from pycocotools.coco import COCO
 
 from tfdet.data import roidb as roidb_lib
+from tfdet.data.catalog import DatasetSpec, check_evaluation_dataset
+from tfdet.data.coco_json import DatasetError
 from tfdet.evaluation.results import contiguous_to_json_ids
+from tfdet.image_io import UnreadableImage, read_image
 
 HEIGHT, WIDTH = 50, 60
 KEYPOINT_NAMES = ["nose", "left_eye", "right_eye", "hand_left", "hand_right", "leftover"]
@@ -231,3 +236,157 @@ def test_training_roidb_reads_the_catalog(tmp_path, monkeypatch):
     assert all(len(r.mask_rles) == len(r.classes) for r in roidb.records)
     with pytest.raises(ValueError, match="TRAIN.DATASETS"):
         roidb_lib.training_roidb(load_config(None, {}))
+
+
+# ---- Detectron's polygon rule: >= 6 coordinates, no parity test ---------------------------------------------------
+
+
+def detectron_polygon_mask(segmentation, height, width):
+    """Detectron's path from a json polygon list to a mask, restated from its source: json_dataset's
+    `_add_gt_annotations` keeps `[p for p in obj['segmentation'] if len(p) >= 6]`, and segms.polys_to_mask
+    rasterises them with pycocotools (frPyObjects, decode, sum over the polygons, > 0)."""
+    polygons = [p for p in segmentation if len(p) >= 6]
+    masks = mask_util.decode(mask_util.frPyObjects(polygons, HEIGHT, WIDTH))
+    return (masks.astype(np.float32).sum(axis=2) > 0).astype(np.uint8)
+
+
+def _masks_and_warnings(tmp_path, segmentations, caplog):
+    """The roidb's masks of one object per segmentation (all on image 1), and the warnings logged."""
+    annotations = [
+        {**_annotation(i + 1, 1, 3, [2, 2, 40, 40]), "segmentation": segmentation}
+        for i, segmentation in enumerate(segmentations)
+    ]
+    json_path = _write_dataset(tmp_path, annotations)
+    with caplog.at_level(logging.WARNING, logger="tfdet.data.roidb"):
+        record = roidb_lib.load_coco_roidb(json_path, tmp_path, with_masks=True).records[0]
+    masks = [mask_util.decode({"size": [HEIGHT, WIDTH], "counts": rle}) for rle in record.mask_rles]
+    return masks, [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING], json_path
+
+
+def test_a_polygon_of_7_coordinates_is_its_first_3_points(tmp_path, caplog):
+    triangle_and_a_stray_x = [5, 5, 35, 8, 12, 30, 44]
+    masks, warnings, _ = _masks_and_warnings(tmp_path, [[triangle_and_a_stray_x]], caplog)
+    first_six = mask_util.decode(mask_util.frPyObjects([triangle_and_a_stray_x[:6]], HEIGHT, WIDTH))[..., 0]
+    assert first_six.sum() > 100  # a real triangle, not an empty mask
+    np.testing.assert_array_equal(masks[0], first_six)
+    np.testing.assert_array_equal(masks[0], detectron_polygon_mask([triangle_and_a_stray_x], HEIGHT, WIDTH))
+    assert warnings == []  # nothing dropped
+
+
+def test_polygons_under_6_coordinates_are_dropped_and_counted(tmp_path, caplog):
+    square = [10, 10, 30, 10, 30, 30, 10, 30]
+    odd_triangle = [32, 2, 44, 2, 38, 9, 1]
+    segmentations = [
+        [[1, 1, 4, 4], square],  # a 4-coordinate polygon, then a square
+        [odd_triangle, [40, 40, 45, 41, 42], square[:6], [3, 3]],  # mixed: 7, 5, 6 and 2 coordinates
+        [square, odd_triangle],
+    ]
+    masks, warnings, json_path = _masks_and_warnings(tmp_path, segmentations, caplog)
+    for mask, segmentation in zip(masks, segmentations):
+        np.testing.assert_array_equal(mask, detectron_polygon_mask(segmentation, HEIGHT, WIDTH))
+    square_mask = detectron_polygon_mask([square], HEIGHT, WIDTH)
+    np.testing.assert_array_equal(masks[0], square_mask)
+    assert masks[2].sum() > square_mask.sum()  # the odd-length triangle adds its pixels
+    assert warnings == [
+        f"{json_path}: dropped 3 polygon(s) of fewer than 6 coordinates (3 points), as Detectron does (the first "
+        "in annotation id 1)"
+    ]
+
+
+# ---- the check reads every listed file's signature, as OpenCV picks a decoder --------------------------------------
+
+DECODABLE = ("jpg", "png", "bmp", "tif", "webp", "ppm", "pgm", "jp2")
+
+
+def _image_dataset(tmp_path, names):
+    """A json listing `names` (one object each), and a real 64 x 64 picture written by cv2 under each name."""
+    picture = np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)
+    images = [{"id": i + 1, "file_name": name, "height": 64, "width": 64} for i, name in enumerate(names)]
+    for name in names:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        assert cv2.imwrite(str(tmp_path / name), picture[..., 0] if name.endswith(".pgm") else picture)
+    annotations = [_annotation(i + 1, i + 1, 3, [5, 5, 20, 20]) for i in range(len(names))]
+    path = tmp_path / "annotations.json"
+    categories = [{"id": 3, "name": "three"}]
+    path.write_text(json.dumps({"images": images, "annotations": annotations, "categories": categories}))
+    return path
+
+
+def _opencv_decodes(path):
+    """Whether training's decoder (cv2.imdecode, IMREAD_COLOR) reads the file."""
+    try:
+        return read_image(path).shape == (64, 64, 3)
+    except UnreadableImage:
+        return False
+
+
+def test_files_opencv_decodes_are_accepted(tmp_path):
+    names = [f"picture.{ext}" for ext in DECODABLE]
+    json_path = _image_dataset(tmp_path, names)
+    assert all(_opencv_decodes(tmp_path / name) for name in names)
+    roidb = roidb_lib.load_coco_roidb(json_path, tmp_path)
+    assert [pathlib.Path(r.file_path).name for r in roidb.records] == names
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"not an image, only a name ending in .jpg\n", b"\x89PNG"],
+    ids=["empty file", "text file", "truncated PNG signature"],
+)
+def test_files_opencv_cannot_decode_are_refused_in_one_line(tmp_path, content):
+    names = ["good.png", "a/bad.jpg", "worse.jpg", "fine.tif"]
+    json_path = _image_dataset(tmp_path, names)
+    for name in ("a/bad.jpg", "worse.jpg"):
+        (tmp_path / name).write_bytes(content)
+        assert not _opencv_decodes(tmp_path / name)
+    with pytest.raises(DatasetError) as error:
+        roidb_lib.load_coco_roidb(json_path, tmp_path)
+    assert str(error.value) == (
+        f"{json_path}: image id 2 (a/bad.jpg): {tmp_path / 'a/bad.jpg'} is not an image OpenCV can decode (its "
+        "first bytes match no format OpenCV reads) (and 1 more of its 4 images)"
+    )
+    with pytest.raises(DatasetError, match=r"image id 2 \(a/bad.jpg\)"):
+        check_evaluation_dataset(DatasetSpec("bad", tmp_path, json_path))
+    assert len(roidb_lib.load_coco_roidb(json_path, tmp_path, check_files=False).records) == 4
+
+
+# ---- number checks: a fast path for plain numbers, exact for the rest ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "polygon, problem",
+    [
+        ([10, 10, 30, 10, True, 30], "not of polygons"),
+        ([10, 10, 30, 10, float("nan"), 30], "not of polygons"),
+        ([10, 10, 30, 10, float("inf"), 30], "not of polygons"),
+        ([10, 10, 30, 10, None, 30], "not of polygons"),
+        ([1e308, 10, 1e308, 30, 10, 30], None),  # finite, though their sum overflows
+    ],
+    ids=["bool", "NaN", "Infinity", "null", "huge but finite"],
+)
+def test_polygon_numbers(tmp_path, polygon, problem):
+    annotation = {**_annotation(1, 1, 3, [2, 2, 30, 30]), "segmentation": [polygon]}
+    json_path = _write_dataset(tmp_path, [annotation])
+    if problem is None:
+        assert len(roidb_lib.load_coco_roidb(json_path, tmp_path).records) == 1
+        return
+    with pytest.raises(DatasetError, match=rf"^{json_path}: annotation id 1 \(image id 1, 1.jpg\): .*{problem}"):
+        roidb_lib.load_coco_roidb(json_path, tmp_path)
+
+
+def test_bbox_numbers(tmp_path):
+    json_path = _write_dataset(tmp_path, [_annotation(1, 1, 3, [2, 2, 30, False])])
+    with pytest.raises(DatasetError, match=r"'bbox' must be \[x, y, width, height\], got \[2, 2, 30, False\]"):
+        roidb_lib.load_coco_roidb(json_path, tmp_path)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_cyclic_collector_is_left_as_it_was(dataset, enabled):
+    json_path, image_dir = dataset
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        roidb_lib.load_coco_roidb(json_path, image_dir)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()

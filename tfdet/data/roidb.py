@@ -10,8 +10,9 @@ and `roidb.filter_for_training`:
 - Boxes: json (x, y, w, h) -> x1, y1, x2 = x + max(0, w - 1), y2 = y + max(0, h - 1) (the "+1"
   convention), clipped to [0, W - 1] x [0, H - 1]. An object is kept when its `area` > 0 and, after
   clipping, x2 > x1 and y2 > y1 (so boxes 1 pixel wide or tall are dropped); objects with `area` <
-  TRAIN.GT_MIN_AREA or `ignore` == 1 are dropped; polygons with fewer than 3 points (or an odd number of
-  coordinates) are removed, with one warning giving their count and the first annotation holding one.
+  TRAIN.GT_MIN_AREA or `ignore` == 1 are dropped; polygons of fewer than 6 coordinates (3 points) are
+  removed, with one warning giving their count and the first annotation holding one. Longer polygons of an
+  odd length stay (Detectron has no parity test); pycocotools rasterises their first len // 2 points.
 - Crowd objects stay, flagged `is_crowd` (Detectron gives them gt_overlaps -1 so they never become
   foreground; the training targets must ignore them).
 - Keypoints (K, 3) = x, y, v from the annotation (zeros when it has none). Detectron stores them as
@@ -24,10 +25,14 @@ Horizontal flips are not added as records (Detectron's TRAIN.USE_FLIPPED doubles
 pipeline flips each image at random instead, so one pass over the records is one epoch.
 Segmentations are kept as COCO's compressed RLE (polygons rasterised by pycocotools at the image's
 size) only when masks are asked for, so the pipeline decodes them with TensorFlow ops.
+The json is read once without pycocotools' COCO index (its per-image getAnnIds / loadAnns order is kept:
+images by id, each image's annotations in json order), and the filters run over all objects at once in
+NumPy, so that a COCO-sized json loads in about the time of pycocotools' own COCO(json).
 """
 
 import collections
 import dataclasses
+import itertools
 import logging
 import pathlib
 
@@ -35,7 +40,14 @@ import numpy as np
 import pycocotools.mask as mask_util
 
 from tfdet.data.catalog import configured_datasets
-from tfdet.data.coco_json import DatasetError, annotation_entry, degenerate_polygons, is_valid_polygon, read_coco
+from tfdet.data.coco_json import (
+    DatasetError,
+    annotation_entry,
+    checked_json,
+    cyclic_gc_paused,
+    degenerate_polygons,
+    is_valid_polygon,
+)
 from tfdet.data.keypoint_flips import keypoint_flip_pairs
 
 logger = logging.getLogger(__name__)
@@ -77,15 +89,16 @@ class Roidb:
         return 0 if self.keypoint_names is None else len(self.keypoint_names)
 
 
-def xywh_to_xyxy_clipped(bbox, height, width):
-    """Detectron's `xywh_to_xyxy` ("+1": x2 = x + max(0, w - 1)) then `clip_xyxy_to_image`."""
-    x, y, w, h = (float(v) for v in bbox)
-    x2, y2 = x + max(0.0, w - 1.0), y + max(0.0, h - 1.0)
-    return _clip(x, width), _clip(y, height), _clip(x2, width), _clip(y2, height)
+def clipped_boxes(bboxes, heights, widths):
+    """(N, 4) float64 json (x, y, w, h) -> Detectron's `xywh_to_xyxy` ("+1": x2 = x + max(0, w - 1)) then
+    `clip_xyxy_to_image`, for all objects at once (`heights`, `widths`: each object's image size)."""
+    x, y, w, h = bboxes.T
+    x2, y2 = x + np.maximum(0.0, w - 1.0), y + np.maximum(0.0, h - 1.0)
+    return np.stack([_clip(x, widths), _clip(y, heights), _clip(x2, widths), _clip(y2, heights)], axis=1)
 
 
-def _clip(coordinate, size):
-    return min(size - 1.0, max(0.0, coordinate))
+def _clip(coordinates, sizes):
+    return np.minimum(sizes - 1.0, np.maximum(0.0, coordinates))
 
 
 def segmentation_rle(segmentation, height, width):
@@ -93,7 +106,8 @@ def segmentation_rle(segmentation, height, width):
     if isinstance(segmentation, list):
         if not segmentation:  # every polygon was degenerate: an empty mask
             return mask_util.encode(np.zeros((height, width), np.uint8, order="F"))["counts"]
-        rle = mask_util.merge(mask_util.frPyObjects(segmentation, height, width))
+        rles = mask_util.frPyObjects(segmentation, height, width)
+        rle = rles[0] if len(rles) == 1 else mask_util.merge(rles)  # merge copies a single RLE as it is
     elif isinstance(segmentation, dict) and isinstance(segmentation.get("counts"), list):
         rle = mask_util.frPyObjects(segmentation, height, width)
     elif isinstance(segmentation, dict) and isinstance(segmentation.get("counts"), (str, bytes)):
@@ -106,6 +120,7 @@ def segmentation_rle(segmentation, height, width):
     return counts.encode("ascii") if isinstance(counts, str) else bytes(counts)
 
 
+@cyclic_gc_paused()
 def load_coco_roidb(
     annotation_file,
     image_dir,
@@ -123,43 +138,151 @@ def load_coco_roidb(
     requires every listed image to be in `image_dir`.
     """
     annotation_file, image_dir = pathlib.Path(annotation_file), pathlib.Path(image_dir)
-    coco = read_coco(annotation_file, image_dir if check_files else None)
-    json_ids = tuple(coco.getCatIds())  # the json's order, as Detectron's json_category_id_to_contiguous_id
+    data = checked_json(annotation_file, image_dir if check_files else None)
+    categories = data["categories"]
+    json_ids = tuple(c["id"] for c in categories)  # the json's order, as Detectron's COCO.getCatIds()
     contiguous = {json_id: i + 1 for i, json_id in enumerate(json_ids)}
-    class_names = ("__background__",) + tuple(coco.cats[i]["name"] for i in json_ids)
-    keypoint_names = _keypoint_schema(coco, annotation_file)
+    class_names = ("__background__",) + tuple(c["name"] for c in categories)
+    keypoint_names = _keypoint_schema(categories, annotation_file)
     if keypoints_required and keypoint_names is None:
         raise ValueError(f"keypoints are required (MODEL.KEYPOINTS_ON) but {annotation_file} has none")
     flip_pairs = keypoint_flip_pairs(keypoint_names, keypoint_flip_map) if keypoint_names else ()
-    _warn_degenerate_polygons(annotation_file, coco.dataset)
+    _warn_degenerate_polygons(annotation_file, data)
 
-    records, counts = [], collections.Counter()
-    for image in coco.loadImgs(sorted(coco.getImgIds())):
-        record = _image_record(
-            coco, image, image_dir, contiguous, keypoint_names, with_masks, gt_min_area, counts, annotation_file
-        )
-        if not (~record.is_crowd).any():
-            counts["images without a non-crowd object"] += 1
-        elif keypoints_required and not (record.keypoints[..., 2] > 0).any():
-            counts["images without a visible keypoint"] += 1
-        else:
-            records.append(record)
-    _log_filtering(annotation_file, coco, records, counts)
+    images = sorted(data["images"], key=lambda image: image["id"])  # Detectron: sorted(COCO.getImgIds())
+    objects, image_index = _objects_by_image(data["annotations"], images)
+    counts = collections.Counter()
+    keep, boxes, crowd = _kept_objects(objects, image_index, images, gt_min_area, counts)
+    kept = np.flatnonzero(keep)
+    kept_objects = [objects[i] for i in kept]
+    classes = np.array([contiguous[obj["category_id"]] for obj in kept_objects], np.int32)
+    keypoints, rles = _keypoints_and_masks(
+        kept_objects, image_index[kept], images, keypoint_names, with_masks, annotation_file
+    )
+    objects_of = _ObjectsOfImages(image_index[kept], boxes[kept], classes, crowd[kept], keypoints, rles)
+    records = _usable_records(images, image_dir, objects_of, keypoints_required, counts)
+    _log_filtering(annotation_file, len(images), records, counts)
     if not records:
         raise DatasetError(
-            f"{annotation_file}: none of its {len(coco.imgs)} images has an object training can use "
+            f"{annotation_file}: none of its {len(images)} images has an object training can use "
             f"({_describe(counts)})"
         )
-    return Roidb(records, json_ids, class_names, keypoint_names, flip_pairs, len(coco.imgs) - len(records))
+    return Roidb(records, json_ids, class_names, keypoint_names, flip_pairs, len(images) - len(records))
+
+
+def _objects_by_image(annotations, images):
+    """The annotations in roidb order, image by image in `images`' order and each image's in json order (as
+    COCO.getAnnIds(imgIds=id) lists them), and the index in `images` of each one's image."""
+    position = {image["id"]: i for i, image in enumerate(images)}
+    groups = [[] for _ in images]
+    for annotation in annotations:
+        groups[position[annotation["image_id"]]].append(annotation)
+    image_index = np.repeat(np.arange(len(images)), [len(group) for group in groups])
+    return list(itertools.chain.from_iterable(groups)), image_index
+
+
+def _kept_objects(objects, image_index, images, gt_min_area, counts):
+    """Detectron's `_add_gt_annotations` filter, over all objects at once: (kept: bool mask, clipped float32
+    boxes, is_crowd); `counts` adds up why the others are dropped, tested in Detectron's order."""
+    area = np.array([obj["area"] for obj in objects], np.float64)
+    ignore = np.array([obj.get("ignore", 0) == 1 for obj in objects], bool)
+    crowd = np.array([bool(obj["iscrowd"]) for obj in objects], bool)
+    bboxes = np.fromiter(itertools.chain.from_iterable(obj["bbox"] for obj in objects), np.float64).reshape(-1, 4)
+    height, width = (np.array([image[key] for image in images], np.float64) for key in ("height", "width"))
+    boxes = clipped_boxes(bboxes, height[image_index], width[image_index])
+    below = area < gt_min_area
+    ignored = ~below & ignore
+    too_small = ~below & ~ignore & ~((area > 0) & (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1]))
+    keep = ~(below | ignored | too_small)
+    for reason, dropped in zip(_OBJECT_REASONS, (below, ignored, too_small)):
+        counts[reason] += int(dropped.sum())
+    counts["kept"] += int(keep.sum())
+    counts["crowd"] += int((keep & crowd).sum())
+    return keep, boxes.astype(np.float32), crowd
+
+
+def _keypoints_and_masks(objects, image_index, images, keypoint_names, with_masks, path):
+    """The kept objects' (M, K, 3) keypoints (None without a keypoint schema) and RLE masks (None without
+    masks), object by object as Detectron reads them; a bad object is a DatasetError naming it."""
+    keypoints = [] if keypoint_names is not None else None
+    rles = [] if with_masks else None
+    for obj, i in zip(objects, image_index.tolist()):
+        try:
+            if keypoints is not None:
+                keypoints.append(_object_keypoints(obj, len(keypoint_names)))
+            if rles is not None:
+                rles.append(_object_rle(obj, images[i]["height"], images[i]["width"]))
+        except ValueError as error:
+            entry = annotation_entry(obj, {image["id"]: image for image in images})
+            raise DatasetError(f"{path}: {entry}: {error}") from None
+    if keypoints is not None:
+        keypoints = np.array(keypoints, np.float32).reshape(-1, len(keypoint_names), 3)
+    return keypoints, rles
+
+
+def _object_rle(obj, height, width):
+    """An object's mask as RLE counts, from its polygons of >= 6 coordinates (Detectron drops the others)."""
+    segmentation = obj.get("segmentation")
+    if segmentation is None:
+        raise ValueError("no 'segmentation' (masks are trained: MODEL.MASK_ON)")
+    if isinstance(segmentation, list):
+        segmentation = [polygon for polygon in segmentation if is_valid_polygon(polygon)]
+    return segmentation_rle(segmentation, height, width)
+
+
+@dataclasses.dataclass
+class _ObjectsOfImages:
+    """The kept objects of all images in roidb order (image by image), each image's a slice of these."""
+
+    image_index: np.ndarray  # sorted: the index in the roidb's images of each object's image
+    boxes: np.ndarray
+    classes: np.ndarray
+    is_crowd: np.ndarray
+    keypoints: np.ndarray | None
+    mask_rles: list | None
+
+
+def _usable_records(images, image_dir, objects, keypoints_required, counts):
+    """The ImageRecords of the images training can use; `counts` adds up the images skipped and why."""
+    num_images = len(images)
+    non_crowd = np.bincount(objects.image_index[~objects.is_crowd], minlength=num_images).tolist()
+    if keypoints_required:
+        visible = (objects.keypoints[..., 2] > 0).any(axis=1)
+        with_visible = np.bincount(objects.image_index[visible], minlength=num_images).tolist()
+    bounds = np.searchsorted(objects.image_index, np.arange(num_images + 1)).tolist()  # image i: [b[i], b[i + 1])
+    records = []
+    for i, image in enumerate(images):
+        if not non_crowd[i]:
+            counts["images without a non-crowd object"] += 1
+        elif keypoints_required and not with_visible[i]:
+            counts["images without a visible keypoint"] += 1
+        else:
+            records.append(_image_record(image, image_dir, objects, slice(bounds[i], bounds[i + 1])))
+    return records
+
+
+def _image_record(image, image_dir, objects, where):
+    """The ImageRecord of one image, its objects being `objects`' `where` slice."""
+    return ImageRecord(
+        image_id=int(image["id"]),
+        file_path=str(image_dir / image["file_name"]),
+        height=int(image["height"]),
+        width=int(image["width"]),
+        boxes=objects.boxes[where],
+        classes=objects.classes[where],
+        is_crowd=objects.is_crowd[where],
+        keypoints=None if objects.keypoints is None else objects.keypoints[where],
+        mask_rles=None if objects.mask_rles is None else objects.mask_rles[where],
+    )
 
 
 def _warn_degenerate_polygons(annotation_file, dataset):
-    """One warning for the polygons Detectron drops silently (fewer than 3 points or an odd coordinate count)."""
+    """One warning for the polygons Detectron drops silently (fewer than 6 coordinates: 3 points)."""
     count, first_id = degenerate_polygons(dataset)
     if count:
         logger.warning(
-            "%s: dropped %d polygon(s) with fewer than 3 points or an odd number of coordinates, as Detectron "
-            "does (the first in annotation id %s)",
+            "%s: dropped %d polygon(s) of fewer than 6 coordinates (3 points), as Detectron does (the first in "
+            "annotation id %s)",
             annotation_file,
             count,
             first_id,
@@ -177,7 +300,7 @@ def _describe(counts):
     return ", ".join(parts) or "nothing dropped"
 
 
-def _log_filtering(annotation_file, coco, records, counts):
+def _log_filtering(annotation_file, num_images, records, counts):
     """One line: objects kept and dropped per reason, images filtered (Detectron's filter_for_training count)."""
     objects = [f"{counts[reason]} {reason}" for reason in _OBJECT_REASONS]
     images = [f"{counts[reason]} {reason}" for reason in _IMAGE_REASONS]
@@ -188,9 +311,9 @@ def _log_filtering(annotation_file, coco, records, counts):
         counts["kept"],
         counts["crowd"],
         ", ".join(objects),
-        len(coco.imgs) - len(records),
+        num_images - len(records),
         ", ".join(images),
-        len(coco.imgs),
+        num_images,
         len(records),
     )
 
@@ -239,58 +362,12 @@ def check_num_classes(cfg, roidb, names):
         )
 
 
-def _keypoint_schema(coco, annotation_file):
+def _keypoint_schema(categories, annotation_file):
     """The keypoint names the categories share, or None; categories naming different ones are an error."""
-    schemas = {tuple(c["keypoints"]) for c in coco.cats.values() if c.get("keypoints")}
+    schemas = {tuple(c["keypoints"]) for c in categories if c.get("keypoints")}
     if len(schemas) > 1:
         raise ValueError(f"{annotation_file}: categories define different keypoint lists")
     return schemas.pop() if schemas else None
-
-
-def _image_record(coco, image, image_dir, contiguous, keypoint_names, with_masks, gt_min_area, counts, path):
-    """The ImageRecord of one image: the objects Detectron keeps (`counts` adds up why others are dropped)."""
-    height, width = int(image["height"]), int(image["width"])
-    boxes, classes, crowd, keypoints, rles = [], [], [], [], []
-    for obj in coco.loadAnns(coco.getAnnIds(imgIds=image["id"], iscrowd=None)):
-        segmentation = obj.get("segmentation")
-        if isinstance(segmentation, list):
-            segmentation = [p for p in segmentation if is_valid_polygon(p)]
-        if obj["area"] < gt_min_area:
-            counts["below TRAIN.GT_MIN_AREA"] += 1
-            continue
-        if obj.get("ignore", 0) == 1:
-            counts["ignore 1"] += 1
-            continue
-        x1, y1, x2, y2 = xywh_to_xyxy_clipped(obj["bbox"], height, width)
-        if not (obj["area"] > 0 and x2 > x1 and y2 > y1):
-            counts["zero area or under 2 px after clipping"] += 1
-            continue
-        counts["kept"] += 1
-        counts["crowd"] += bool(obj["iscrowd"])
-        boxes.append((x1, y1, x2, y2))
-        classes.append(contiguous[obj["category_id"]])
-        crowd.append(bool(obj["iscrowd"]))
-        try:
-            if keypoint_names is not None:
-                keypoints.append(_object_keypoints(obj, len(keypoint_names)))
-            if with_masks:
-                if segmentation is None:
-                    raise ValueError("no 'segmentation' (masks are trained: MODEL.MASK_ON)")
-                rles.append(segmentation_rle(segmentation, height, width))
-        except ValueError as error:
-            raise DatasetError(f"{path}: {annotation_entry(obj, coco.imgs)}: {error}") from None
-    num_keypoints = len(keypoint_names) if keypoint_names is not None else 0
-    return ImageRecord(
-        image_id=int(image["id"]),
-        file_path=str(image_dir / image["file_name"]),
-        height=height,
-        width=width,
-        boxes=np.array(boxes, np.float32).reshape(-1, 4),
-        classes=np.array(classes, np.int32),
-        is_crowd=np.array(crowd, bool),
-        keypoints=np.array(keypoints, np.float32).reshape(-1, num_keypoints, 3) if keypoint_names else None,
-        mask_rles=rles if with_masks else None,
-    )
 
 
 def _object_keypoints(obj, num_keypoints):
