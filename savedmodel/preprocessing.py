@@ -65,3 +65,28 @@ def prepare_batch(count, image_at, pixel_means, target_size, max_size, stride):
     )
     images = pad_to_multiple(tf.ensure_shape(padded.stack(), [None, None, None, 3]), (1, 2), stride)
     return images, info.stack(), sizes.stack()
+
+
+def prepare_same_size_batch(images_bgr, pixel_means, target_size, max_size, stride):
+    """`prepare_batch` of a (B, H, W, 3) uint8 BGR batch, whose images share one size: the same outputs
+    without a loop over the images. Every image has the same scale and resized size, so the batch is
+    resized as one (H, W, B * 3) image: `resize_linear_cv2` treats each channel alike, so each image's
+    pixels are computed as `prepare_image` computes them, bit for bit. Graph loops over a request's images
+    (TensorArrays) are what other runtimes' converters handle worst (OpenVINO's ONNX reader refuses them).
+    """
+    tf.debugging.assert_positive(tf.shape(images_bgr)[0], message="the request holds no image")
+    shape = tf.shape(images_bgr)
+    batch, height, width = shape[0], shape[1], shape[2]
+    images = subtract_means(images_bgr, pixel_means, tf.float64)  # (B, H, W, 3), per pixel as prepare_image
+    scale = image_scale(height, width, target_size, max_size)
+    side_by_side = tf.reshape(tf.transpose(images, [1, 2, 0, 3]), tf.stack([height, width, batch * 3]))
+    resized = resize_linear_cv2(side_by_side, scale=scale)
+    tf.debugging.assert_positive(
+        tf.reduce_min(tf.shape(resized)[:2]), message="image too elongated: it resizes to zero pixels"
+    )
+    resized_shape = tf.shape(resized)
+    resized = tf.transpose(tf.reshape(resized, tf.stack([resized_shape[0], resized_shape[1], batch, 3])), [2, 0, 1, 3])
+    resized = pad_to_multiple(tf.ensure_shape(resized, [None, None, None, 3]), (1, 2), stride)
+    size = tf.stack([height, width])
+    info = tf.concat([tf.cast(size, tf.float32), [tf.cast(scale, tf.float32)]], axis=0)
+    return resized, tf.tile(info[None], tf.stack([batch, 1])), tf.tile(size[None], tf.stack([batch, 1]))

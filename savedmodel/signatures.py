@@ -6,10 +6,9 @@ import tensorflow as tf
 
 from savedmodel import outputs as names
 from savedmodel.label_map import class_name_table
-from savedmodel.preprocessing import prepare_batch
+from savedmodel.preprocessing import prepare_batch, prepare_same_size_batch
 from tfdet.data.coco_classes import model_categories
 from tfdet.data.transforms import decode_bgr
-from tfdet.ops.map_fn import map_fn
 from tfdet.ops.masks import paste_masks
 from tfdet.preprocessing import padding_stride
 
@@ -78,16 +77,21 @@ class DetectionServingModule(tf.Module):
         """The signature map for `tf.saved_model.save`."""
         return {"serving_default": self.serve_encoded, "image_tensor": self.serve_image_tensor}
 
-    def _serve_encoded(self, image_bytes):
-        return self._detect(tf.shape(image_bytes)[0], lambda i: decode_bgr(image_bytes[i]))
-
     def _serve_image_tensor(self, images):
-        return self._detect(tf.shape(images)[0], lambda i: tf.reverse(images[i], axis=[-1]))
+        # One tensor holds images of one size: prepared as one, no loop over them (exports to other runtimes).
+        # RGB to BGR by a gather: OpenVINO reads no ReverseV2.
+        bgr = tf.gather(images, [2, 1, 0], axis=-1)
+        return self._detect(*prepare_same_size_batch(
+            bgr, self._pixel_means, self._target_size, self._max_size, self._stride
+        ))  # fmt: skip
 
-    def _detect(self, count, image_at):
-        blob, image_info, image_sizes = prepare_batch(
-            count, image_at, self._pixel_means, self._target_size, self._max_size, self._stride
-        )
+    def _serve_encoded(self, image_bytes):
+        return self._detect(*prepare_batch(
+            tf.shape(image_bytes)[0], lambda i: decode_bgr(image_bytes[i]), self._pixel_means, self._target_size,
+            self._max_size, self._stride,
+        ))  # fmt: skip
+
+    def _detect(self, blob, image_info, image_sizes):
         raw = self._run_model(blob, image_info)
         result = {
             names.NUM_DETECTIONS: tf.cast(raw["num_detections"], tf.int32),
@@ -109,17 +113,26 @@ class DetectionServingModule(tf.Module):
         return result
 
     def _paste_batch(self, probs, boxes, num_detections, image_sizes):
-        """Each image's real detections pasted as Predictor does, padded to (D, max H, max W) uint8."""
+        """Each image's real detections pasted as Predictor does, padded to (D, max H, max W) uint8.
+
+        The real detections of every image are pasted in one pass, each clipped to its own image on a canvas of
+        the batch's largest size, then scattered into the padded layout: no loop over the images (a loop inside
+        this signature's graph, unlike the model's, reaches ONNX with no shape on its iteration counter, which
+        ONNX Runtime refuses)."""
         largest = tf.reduce_max(image_sizes, axis=0)
-
-        def one_image(args):
-            image_probs, image_boxes, count, size = args
-            masks = paste_masks(image_probs[:count], image_boxes[:count], size[0], size[1], self._mask_threshold)
-            room = tf.concat([[self._detections_per_image - count], largest - size], axis=0)
-            return tf.pad(tf.cast(masks, tf.uint8), tf.stack([tf.zeros([3], tf.int32), room], axis=1))
-
-        return map_fn(
-            one_image,
-            (probs, boxes, num_detections, image_sizes),
-            fn_output_signature=tf.TensorSpec([self._detections_per_image, None, None], tf.uint8),
+        batch, slots = tf.shape(probs)[0], self._detections_per_image
+        real = tf.range(slots)[None, :] < num_detections[:, None]
+        positions = tf.cast(tf.where(tf.reshape(real, [-1]))[:, 0], tf.int32)  # (R,) into B * D, image-major
+        image_indices = positions // slots
+        sizes = tf.gather(image_sizes, image_indices)
+        masks = paste_masks(
+            tf.gather(tf.reshape(probs, tf.concat([[-1], tf.shape(probs)[2:]], 0)), positions),
+            tf.gather(tf.reshape(boxes, [-1, 4]), positions),
+            sizes[:, 0],
+            sizes[:, 1],
+            self._mask_threshold,
+            canvas_size=largest,
         )
+        canvas = tf.concat([[batch * slots], largest], axis=0)
+        pasted = tf.scatter_nd(positions[:, None], tf.cast(masks, tf.uint8), canvas)
+        return tf.reshape(pasted, tf.concat([[batch, slots], largest], axis=0))

@@ -71,3 +71,29 @@ def test_float16_inputs_compute_in_float32_and_return_the_layer_dtype(rng):
 def test_channels_not_divisible_by_groups_is_a_clear_error():
     with pytest.raises(ValueError, match="divisible by 4 groups"):
         group_norm(tf.zeros([1, 6]), tf.ones([6]), tf.zeros([6]), 4, 1e-5)
+
+
+def test_inference_accumulates_statistics_in_float64(rng):
+    """Outside training the mean and 1/std are float64 sums rounded once to float32, whatever order a runtime
+    sums in: the output is the layer's float32 formula on the exact statistics. On a map whose values sit far
+    from 0 with little spread (a flat image's) float32 sums are off by ulps of the offset, which normalisation
+    divides by the spread. Training keeps float32 statistics."""
+    x = rng.normal(300.0, 0.5, size=(1, 40, 40, 16)).astype(np.float32)
+    gamma = rng.normal(1.0, 0.5, size=16).astype(np.float32)
+    beta = rng.normal(size=16).astype(np.float32)
+    layer = GroupNormalization(groups=4, epsilon=1e-5)
+    layer.build(x.shape)
+    layer.gamma.assign(gamma)
+    layer.beta.assign(beta)
+    inference, training = layer(x).numpy(), layer(x, training=True).numpy()
+    inputs = tf.constant(x)
+    np.testing.assert_array_equal(inference, group_norm(inputs, gamma, beta, 4, 1e-5, tf.float64).numpy())
+    np.testing.assert_array_equal(training, group_norm(inputs, gamma, beta, 4, 1e-5).numpy())
+    grouped = x.reshape(1, -1, 4, 4)
+    exact = grouped.astype(np.float64)
+    mean = exact.mean(axis=(1, 3), keepdims=True)
+    inv_std = (1.0 / np.sqrt(((exact - mean) ** 2).mean(axis=(1, 3), keepdims=True) + 1e-5)).astype(np.float32)
+    scale = inv_std * gamma.reshape(4, 4)
+    want = grouped * scale + (beta.reshape(4, 4) - mean.astype(np.float32) * scale)
+    np.testing.assert_allclose(inference, want.reshape(x.shape), rtol=0, atol=np.spacing(np.float32(1024)))
+    assert np.abs(training - want.reshape(x.shape)).max() > 4 * np.spacing(np.float32(1024))

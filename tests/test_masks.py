@@ -190,6 +190,29 @@ def test_no_detections(paste):
     assert soft.shape == (0, 37, 53)
 
 
+def test_masks_of_images_of_different_sizes_on_one_canvas(rng, paste):
+    """Per-mask image sizes and a canvas (the SavedModel's batch): each mask is its own image's paste, clipped
+    there, zero-padded bottom-right to the canvas; no masks give (0, canvas)."""
+    sizes = [(37, 53), (60, 41), (60, 53)]
+    per_image = [random_boxes(rng, 4, h, w, max_size=70) for h, w in sizes]
+    masks = rng.random((12, 28, 28), dtype=np.float32)
+    boxes = np.concatenate(per_image).astype(np.float32)
+    heights, widths = (np.repeat([s[k] for s in sizes], 4).astype(np.int32) for k in (0, 1))
+
+    @tf.function
+    def on_canvas(masks, boxes, heights, widths):
+        return paste_masks(masks, boxes, heights, widths, THRESHOLD, canvas_size=tf.constant([64, 55]))
+
+    got = on_canvas(masks, boxes, heights, widths).numpy()
+    assert got.shape == (12, 64, 55) and got.dtype == bool
+    for i, (height, width) in enumerate(sizes):
+        want, _ = paste(masks[4 * i : 4 * i + 4], per_image[i], height, width)
+        np.testing.assert_array_equal(got[4 * i : 4 * i + 4, :height, :width], want)
+        assert not got[4 * i : 4 * i + 4, height:].any() and not got[4 * i : 4 * i + 4, :, width:].any()
+    empty = on_canvas(masks[:0], boxes[:0], heights[:0], widths[:0]).numpy()
+    assert empty.shape == (0, 64, 55)
+
+
 def test_within_tolerance_of_opencv_without_ipp(rng, paste):
     """Against OpenCV's own resize kernel (builds without IPP): ~1e-6 apart, near-tie flips only."""
     height, width, n = 160, 200, 30

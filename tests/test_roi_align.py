@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdet.ops.roi_align import crop_and_resize, roi_align
+from tfdet.ops.fpn_levels import multilevel_roi_align
+from tfdet.ops.roi_align import crop_and_resize, gathered_crop_and_resize, portable_crop_and_resize, roi_align
 
 FLOAT32_TOL = 2e-5  # abs, float32 op vs float64 reference on N(0, 1) features
 FLOAT64_TOL = 1e-10  # abs, float64 op vs float64 reference
@@ -352,3 +353,43 @@ def test_crop_and_resize_gradient_at_samples_exactly_on_the_image_edges(rng):
     transposed = np.sum(image.numpy().astype(np.float64) * gradient)
     scale = np.linalg.norm(crops.numpy().astype(np.float64)) * np.linalg.norm(upstream.numpy())
     assert abs(forward - transposed) <= 1e-6 * scale
+
+
+@pytest.mark.parametrize("crop_size", [(1, 1), (5, 3), (14, 14), (28, 28)])
+def test_gathered_crop_and_resize_is_tfs_kernel_bit_for_bit(rng, crop_size):
+    """The export form of CropAndResize against TF's kernel: boxes that overlap, leave the image (0 there),
+    are flipped (y1 > y2), span exactly the image, on maps of one row or column too."""
+    for height, width in ((9, 13), (1, 7), (6, 1), (31, 40)):
+        image = tf.constant(rng.standard_normal((2, height, width, 8)) * 10, tf.float32)
+        corners = np.concatenate([rng.uniform(-0.3, 1.3, size=(200, 4)), [[0, 0, 1, 1], [1, 1, 0, 0]]])
+        boxes = tf.constant(corners, tf.float32)
+        box_indices = tf.constant(rng.integers(0, 2, len(corners)), tf.int32)
+        want = tf.image.crop_and_resize(image, boxes, box_indices, crop_size).numpy()
+        np.testing.assert_array_equal(gathered_crop_and_resize(image, boxes, box_indices, crop_size).numpy(), want)
+
+
+@pytest.mark.parametrize("sampling_ratio", [1, 2])
+def test_portable_roi_align_is_the_kernels_bit_for_bit(rng, sampling_ratio):
+    """RoIAlign traced within `portable_crop_and_resize` (for exports): CropAndResize gives way to gathers, every
+    number stays (one level, and FPN's levels), for maps whose size is unknown when traced, as a model's are."""
+    features, boxes, box_indices = random_case(rng)
+    pyramid = [rng.standard_normal((2, 32 // 2**k, 40 // 2**k, 6)).astype(np.float32) for k in range(3)]
+    centres = rng.uniform(0, 120, (60, 1, 2))
+    image_boxes = np.concatenate([centres - rng.uniform(0, 40, (60, 1, 2)), centres + rng.uniform(0, 40, (60, 1, 2))],
+                                 axis=1).reshape(60, 4).astype(np.float32)  # fmt: skip
+    image_indices = rng.integers(0, 2, 60).astype(np.int32)
+    maps = tf.TensorSpec([None, None, None, 6], tf.float32)
+    signature = [tf.TensorSpec([None, None, None, features.shape[-1]], tf.float32), tf.TensorSpec([None, 4]),
+                 tf.TensorSpec([None], tf.int32), maps, maps, maps, tf.TensorSpec([None, 4]), tf.TensorSpec([None], tf.int32)]
+
+    def both(features, boxes, box_indices, p2, p3, p4, image_boxes, image_indices):
+        one = roi_align(features, boxes, box_indices, (7, 7), 0.25, sampling_ratio)
+        return one, multilevel_roi_align([p2, p3, p4], image_boxes, image_indices, 7, sampling_ratio, 2, 4)
+
+    args = [features.astype(np.float32), boxes.astype(np.float32), box_indices, *pyramid, image_boxes, image_indices]
+    kernel = [t.numpy() for t in tf.function(both, input_signature=signature, autograph=False)(*args)]
+    with portable_crop_and_resize():
+        traced = tf.function(both, input_signature=signature, autograph=False).get_concrete_function()
+    assert "CropAndResize" not in {op.type for op in traced.graph.get_operations()}
+    for got, want in zip(traced(*args), kernel):
+        np.testing.assert_array_equal(got.numpy(), want)

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import shared_path
-from savedmodel.preprocessing import prepare_batch, prepare_image
+from savedmodel.preprocessing import prepare_batch, prepare_image, prepare_same_size_batch
 from tfdet import preprocessing
 from tfdet.data.transforms import decode_bgr
 from tfdet.ops.resize import resize_linear_cv2
@@ -78,6 +78,23 @@ def test_prepare_batch_matches_batch_images(rng, stride):
     np.testing.assert_array_equal(
         info.numpy(), [[*im.shape[:2], np.float32(s)] for im, (_, s) in zip(images, prepared)]
     )
+
+
+@pytest.mark.parametrize("shape, stride", [((90, 130), 32), ((140, 61), 0), ((37, 51), 32), ((75, 75), 0)])
+def test_same_size_batch_is_prepare_batch_without_the_loop(rng, shape, stride):
+    """The image_tensor signature's loop-free preparation: bit for bit `prepare_batch`'s blob, info and sizes."""
+    images = rng.integers(0, 256, (3, *shape, 3), dtype=np.uint8)
+    means = MEANS.reshape(3).tolist()
+
+    @tf.function
+    def both(images):
+        looped = prepare_batch(tf.shape(images)[0], lambda i: images[i], means, 100, 160, stride)
+        return looped, prepare_same_size_batch(images, means, 100, 160, stride)
+
+    looped, batched = both(images)
+    for got, want in zip(batched, looped):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
 def test_decode_bgr_gives_what_cv2_imread_gives(rng):

@@ -231,7 +231,8 @@ class SelectClassMasks(keras.layers.Layer):
         if probs.shape[-1] == 1:
             return probs[..., 0]
         roi_classes = tf.gather(tf.reshape(classes, [-1]), positions)
-        return tf.gather(tf.transpose(probs, [0, 3, 1, 2]), roi_classes, batch_dims=1)
+        # the class axis gathered in place (a transpose first trips OpenVINO's transpose sinking)
+        return tf.gather(probs, roi_classes, axis=3, batch_dims=1)
 
     def compute_output_spec(self, inputs):
         probs = inputs[0]

@@ -114,7 +114,9 @@ def pairwise_iou(boxes_a, boxes_b):
     inter_w = tf.maximum(0.0, tf.minimum(a_x2, b_x2) - tf.maximum(a_x1, b_x1) + 1.0)
     inter_h = tf.maximum(0.0, tf.minimum(a_y2, b_y2) - tf.maximum(a_y1, b_y1) + 1.0)
     inter = inter_w * inter_h
-    union = box_areas(boxes_a)[..., :, None] + box_areas(boxes_b)[..., None, :] - inter
+    # expand_dims, not [..., :, None]: tf2onnx converts an ellipsis slice only where it knows the input's rank,
+    # which it loses inside nested loops (RetinaNet's per-image grouped NMS)
+    union = tf.expand_dims(box_areas(boxes_a), -1) + tf.expand_dims(box_areas(boxes_b), -2) - inter
     return inter / union
 
 

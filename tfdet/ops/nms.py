@@ -55,13 +55,16 @@ def _self_suppress(tile_boxes, tile_keep, iou_threshold, same_group=None):
         suppressed = tf.reduce_any(tf.logical_and(overlaps, current[:, :, None]), axis=1)
         return tf.logical_and(tile_keep, tf.logical_not(suppressed))
 
-    def not_converged(previous, current):
-        return tf.reduce_any(tf.not_equal(previous, current))
+    def body(current, _):
+        following = step(current)
+        return following, tf.reduce_any(tf.not_equal(following, current))
 
-    def body(_, current):
-        return current, step(current)
-
-    _, result = tf.while_loop(not_converged, body, (tf.zeros_like(tile_keep), step(tile_keep)))
+    # Iterated until a step changes nothing, starting from the all-False mask (which the first step changes
+    # unless it keeps nothing). The loop carries that flag, not the previous mask: tf2onnx 1.17 builds the
+    # condition of a loop whose body hands one loop variable on as another from the wrong tensors (it compared
+    # the new mask with itself and stopped after one step, keeping boxes that a kept box suppresses).
+    first = step(tile_keep)
+    result, _ = tf.while_loop(lambda _, changed: changed, body, (first, tf.reduce_any(first)))
     return result
 
 
@@ -146,7 +149,11 @@ def grouped_nms(boxes, scores, groups, valid, iou_threshold, max_output_size, ti
     order = order[:width]
     sorted_boxes = tf.gather(boxes, order)
     sorted_groups = tf.gather(groups, order)
-    group_ends = tf.searchsorted(sorted_groups, sorted_groups, side="right")  # one past each one's group
+    # One past each candidate's group: tf.searchsorted(sorted_groups, sorted_groups, side="right"), counted
+    # (UpperBound has no ONNX equivalent): the end of group g is the number of candidates in groups 0..g.
+    in_group = tf.equal(sorted_groups[:, None], tf.range(last_group)[None, :])  # (width, groups); not an int OneHot
+    group_sizes = tf.reduce_sum(tf.cast(in_group, tf.int32), axis=0)
+    group_ends = tf.gather(tf.cumsum(group_sizes), sorted_groups)
 
     num_tiles = (width + tile_size - 1) // tile_size
     padded = num_tiles * tile_size
@@ -181,6 +188,13 @@ def grouped_nms(boxes, scores, groups, valid, iou_threshold, max_output_size, ti
     num_kept = tf.reduce_sum(tf.cast(tf.math.is_finite(best.values), tf.int32))
     indices = tf.where(tf.range(tf.size(best.indices)) < num_kept, tf.gather(order, best.indices), 0)
     return tf.pad(indices, [[0, max_output_size - tf.size(indices)]]), num_kept
+
+
+def where_real(real, values, fill=0.0):
+    """`tf.where(real, values, fill)` for float `values` that are -inf where not `real` (this module's mark of
+    "no candidate"); the same numbers. They are raised to the lowest finite float first: tf2onnx lowers a float
+    select to `real * values + (1 - real) * fill` (Mul and Add), where 0 * -inf would be NaN."""
+    return tf.where(real, tf.maximum(values, values.dtype.min), fill)
 
 
 def _first_kept(order, keep, max_output_size):
@@ -277,7 +291,7 @@ def _best_over_classes(kept_boxes, kept_scores, max_detections):
     real = tf.range(tf.size(best.values)) < num_detections
     pad = max_detections - tf.size(best.values)
     out_boxes = tf.where(real[:, None], tf.gather(tf.reshape(kept_boxes, [-1, 4]), best.indices), 0.0)
-    out_scores = tf.where(real, best.values, 0.0)
+    out_scores = where_real(real, best.values)
     out_classes = tf.where(real, best.indices // per_class + 1, 0)
     return (
         tf.pad(out_boxes, [[0, pad], [0, 0]]),

@@ -10,7 +10,7 @@ All images and levels go through one batched NMS call.
 import tensorflow as tf
 
 from tfdet.ops.boxes import DEFAULT_SCALE_CLIP, clip_boxes, coordinates, decode_boxes
-from tfdet.ops.nms import batched_nms
+from tfdet.ops.nms import batched_nms, where_real
 
 
 def proposal_keep_mask(boxes, min_size, image_info):
@@ -115,7 +115,7 @@ def generate_proposals(
     finite = tf.math.is_finite(best.values)
     num_valid = tf.reduce_sum(tf.cast(finite, tf.int32), axis=1)
     out_boxes = tf.where(finite[..., None], tf.gather(per_image_boxes, best.indices, batch_dims=1), 0.0)
-    out_scores = tf.where(finite, best.values, 0.0)
+    out_scores = where_real(finite, best.values)
     pad = final_top_n - k
     return (
         tf.pad(out_boxes, [[0, 0], [0, pad], [0, 0]]),

@@ -29,7 +29,9 @@ grid all factor into a row part and a column part:
   the N images), which suits C4 heads on stride-16 maps with one or two images.
 """
 
+import contextlib
 import numbers
+import threading
 
 import tensorflow as tf
 
@@ -41,6 +43,97 @@ from tfdet.ops.map_fn import map_fn
 _ADAPTIVE_SAMPLE_WINDOW = 6
 # Elements of the (chunk, out_h, W, C) intermediate of the adaptive path: 64 MB in float32.
 _DENSE_CHUNK_ELEMENTS = 1 << 24
+# Set by `portable_crop_and_resize` on the thread that traces.
+_PORTABLE = threading.local()
+
+
+@contextlib.contextmanager
+def portable_crop_and_resize():
+    """Within it, graphs traced crop with `gathered_crop_and_resize` instead of TF's CropAndResize kernel: the
+    same numbers bit for bit, from Gather and arithmetic ops that every converter maps (tf2onnx turns
+    CropAndResize into a loop over the boxes of ONNX Resize in tf_crop_and_resize mode, which OpenVINO does not
+    read). About 3-4x slower than the kernel in TensorFlow on a CPU: for exports to other runtimes."""
+    previous = getattr(_PORTABLE, "on", False)
+    _PORTABLE.on = True
+    try:
+        yield
+    finally:
+        _PORTABLE.on = previous
+
+
+def gathered_crop_and_resize(image, boxes, box_indices, crop_size):
+    """`tf.image.crop_and_resize(image, boxes, box_indices, crop_size)` (bilinear, 0 outside) as its CPU kernel
+    computes it, with gathers: each sample's position, corners and lerps in the kernel's float32 order.
+    `crop_size`: Python ints."""
+    shape = tf.shape(image)
+    height, width = shape[1], shape[2]
+    starts = tf.cast(box_indices, tf.int32) * height * width
+    return _gathered_crops(_pixel_table(image), boxes, starts, height, width, crop_size)
+
+
+def _gathered_crops_of_levels(images, boxes, box_indices, levels, crop_size):
+    """`gathered_crop_and_resize` of box r from `images[levels[r]]`, every box in one pass over the images'
+    pixels as one table (no partition by level: a level without boxes gives no empty batch to any op)."""
+    shapes = [tf.shape(image) for image in images]
+    sizes = tf.stack([shape[0] * shape[1] * shape[2] for shape in shapes])
+    heights = tf.gather(tf.stack([shape[1] for shape in shapes]), levels)
+    widths = tf.gather(tf.stack([shape[2] for shape in shapes]), levels)
+    starts = tf.gather(tf.cumsum(sizes, exclusive=True), levels) + tf.cast(box_indices, tf.int32) * heights * widths
+    table = tf.concat([_pixel_table(image) for image in images], axis=0)
+    return _gathered_crops(table, boxes, starts, heights, widths, crop_size)
+
+
+def _gathered_crops(table, boxes, starts, height, width, crop_size):
+    """CropAndResize's crops (R, crop_h, crop_w, C) from pixels `table` (P, C): box r reads the image of
+    `height` x `width` pixels (scalars, or (R,) per box) whose pixel (0, 0) is row `starts[r]`."""
+    crop_h, crop_w = crop_size
+    y1, x1, y2, x2 = tf.unstack(boxes, axis=1)
+    rows, row_inside = _kernel_positions(y1, y2, crop_h, height)
+    cols, col_inside = _kernel_positions(x1, x2, crop_w, width)
+    top, left = tf.floor(rows), tf.floor(cols)
+    row_lerp = (rows - top)[:, :, None, None]
+    col_lerp = (cols - left)[:, None, :, None]
+    height, width = _per_box_column(height), _per_box_column(width)
+    top, bottom = _clamped_index(top, height), _clamped_index(tf.math.ceil(rows), height)
+    left, right = _clamped_index(left, width), _clamped_index(tf.math.ceil(cols), width)
+    starts = starts[:, None]
+
+    def pixels(row, col):  # (R, crop_h, crop_w, C)
+        return tf.gather(table, (starts + row * width)[:, :, None] + col[:, None, :])
+
+    top_left, top_right = pixels(top, left), pixels(top, right)
+    bottom_left, bottom_right = pixels(bottom, left), pixels(bottom, right)
+    upper = top_left + (top_right - top_left) * col_lerp
+    lower = bottom_left + (bottom_right - bottom_left) * col_lerp
+    crops = upper + (lower - upper) * row_lerp
+    inside = tf.logical_and(row_inside[:, :, None, None], col_inside[:, None, :, None])
+    return tf.where(inside, crops, tf.zeros_like(crops))
+
+
+def _per_box_column(length):
+    """A scalar, or (R,) per-box lengths, shaped to broadcast against (R, count)."""
+    return tf.reshape(length, [-1, 1])
+
+
+def _kernel_positions(first, last, count, length):
+    """CropAndResize's sample coordinates (R, count) along one axis of an image `length` long (a scalar, or (R,)
+    per box), and whether each lies inside [0, length - 1] (else the kernel writes 0):
+    y1 * (H - 1) + y * ((y2 - y1) * (H - 1) / (n - 1)), or the box's centre for n = 1, in float32."""
+    span = _per_box_column(tf.cast(length - 1, tf.float32))
+    first, last = first[:, None], last[:, None]
+    if count > 1:
+        # divide_no_nan by a nonzero count is the kernel's division: grappler's constant folding rewrites a
+        # division by a constant as a multiplication by its reciprocal, which rounds differently
+        step = tf.math.divide_no_nan((last - first) * span, tf.constant(count - 1, tf.float32))
+        positions = first * span + tf.range(count, dtype=tf.float32)[None, :] * step
+    else:
+        positions = 0.5 * (first + last) * span
+    return positions, tf.logical_and(positions >= 0.0, positions <= span)
+
+
+def _clamped_index(position, length):
+    """An integral float position as an index into [0, length), clamped (samples outside read any pixel)."""
+    return tf.clip_by_value(tf.cast(position, tf.int32), 0, length - 1)
 
 
 def roi_align(features, boxes, box_indices, output_size, spatial_scale, sampling_ratio, aligned=False,
@@ -128,11 +221,18 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1
     # boxes, box_indices and levels are arguments whose gradient is None: nothing flows back into the boxes.
     @custom_gradient
     def crop(boxes, box_indices, levels, *images):
-        def pooled_crops(image, boxes, box_indices):
-            crops = tf.image.crop_and_resize(image, boxes, box_indices, crop_size)
+        def pool_cells(crops):
             return tf.nn.avg_pool2d(crops, pool, pool, "VALID") if pool > 1 else crops
 
-        if num_images == 1:
+        def pooled_crops(image, boxes, box_indices):
+            return pool_cells(tf.image.crop_and_resize(image, boxes, box_indices, crop_size))
+
+        if getattr(_PORTABLE, "on", False):
+            if num_images == 1:
+                crops = pool_cells(gathered_crop_and_resize(images[0], boxes, box_indices, crop_size))
+            else:
+                crops = pool_cells(_gathered_crops_of_levels(images, boxes, box_indices, levels, crop_size))
+        elif num_images == 1:
             crops = pooled_crops(images[0], boxes, box_indices)
         else:
             positions = tf.dynamic_partition(tf.range(tf.shape(boxes)[0]), levels, num_images)
