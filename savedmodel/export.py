@@ -28,6 +28,8 @@ from tqdm import tqdm
 
 from savedmodel.label_map import LABELS_FILE
 from savedmodel.outputs import MASK_FORMATS
+from savedmodel.runtime_export import FORMATS as RUNTIME_FORMATS
+from savedmodel.runtime_export import NOT_YET, check_format, export_for_runtime
 from tfdet.config.support import check_supported
 from tfdet.console import add_verbose_flag
 from tfdet.weights_file import load_weights, weights_file
@@ -132,7 +134,15 @@ def _parse(argv):
         "--weights", required=True,
         help="our .weights.h5 or a Detectron .pkl (a Detectron URL or catalog:// name: downloaded, md5-checked)",
     )  # fmt: skip
-    parser.add_argument("--out", required=True, help="BASE/NAME/VERSION, VERSION an integer")
+    parser.add_argument(
+        "--out", required=True,
+        help="BASE/NAME/VERSION, VERSION an integer (a SavedModel); a .onnx file for --format onnx",
+    )  # fmt: skip
+    parser.add_argument(
+        "--format", default="savedmodel", choices=("savedmodel", *RUNTIME_FORMATS, *NOT_YET),
+        help="savedmodel (TF Serving's layout, default); onnx (standard opset, for ONNX Runtime), with the class "
+        "names inside; openvino and litert are refused for now, saying why",
+    )  # fmt: skip
     parser.add_argument(
         "--mask-format",
         choices=MASK_FORMATS,
@@ -155,13 +165,25 @@ def main(argv=None):
 
     start = time.perf_counter()
     try:
-        version_directory(args.out)
+        if args.format == "savedmodel":
+            version_directory(args.out)
+        else:
+            check_format(args.format, args.out)
         if not pathlib.Path(args.cfg).is_file():
             raise ExportError(f"config file not found: {args.cfg}")  # as tfdet.train and tfdet.evaluate say it
         cfg = load_config(args.cfg, args.opts)
         if args.mask_format is not None and not cfg.MODEL.MASK_ON:
             raise ExportError(no_masks(args.mask_format))
         mask_format = args.mask_format or "image"
+        if args.format != "savedmodel":
+            if mask_format != "image":
+                raise ExportError(f"--format {args.format} exports image masks: --mask-format {mask_format} is for "
+                                  "the SavedModel")
+            out = export_for_runtime(cfg, args.weights, args.out, args.format, args.overwrite, args.dataset_json,
+                                     export_saved_model)
+            print(f"wrote {out} in {time.perf_counter() - start:.1f} s ({args.format}); run it with "
+                  f"python -m savedmodel.run --model {out} --input IMAGES")
+            return 0
         out = export_saved_model(
             cfg, args.weights, args.out, mask_format, args.overwrite, progress=True, dataset_json=args.dataset_json
         )
