@@ -24,9 +24,10 @@ bilinear weights, are float32, the feature values it reads keep the policy's dty
 Loss scaling: float16's range needs it (keras.optimizers.LossScaleOptimizer, `needs_loss_scaling`);
 bfloat16 has float32's exponent range and needs none.
 
-bfloat16 on a CPU pays only where the CPU computes it: without AVX512-BF16 or AMX TensorFlow emulates it, and
-with AVX512-BF16 but no AMX Mask R-CNN R-50-FPN inference was measured 1.48x slower than float32. Building a
-bfloat16 model on such a CPU (no GPU visible) says so in one ConfigWarning (`bfloat16_cpu_notice`).
+bfloat16 on a CPU pays only where the CPU computes it: without AVX512-BF16 or AMX TensorFlow emulates it; with
+AVX512-BF16 but no AMX, Mask R-CNN R-50-FPN inference was measured 1.48x slower than float32 on an Intel CPU
+and 0.57x float32 on an AMD EPYC Zen 4 (benchmarks/bench_mixed_precision.py). Building a bfloat16 model where
+it was measured slower (no GPU visible) says so in one ConfigWarning (`bfloat16_cpu_notice`).
 """
 
 import contextlib
@@ -77,22 +78,34 @@ def needs_loss_scaling(cfg):
 
 def cpu_flags(cpuinfo=pathlib.Path("/proc/cpuinfo")):
     """The instruction-set flags of this CPU as Linux lists them, or None where the file is absent."""
+    return _cpuinfo_field(cpuinfo, "flags", lambda value: set(value.split()))
+
+
+def cpu_vendor(cpuinfo=pathlib.Path("/proc/cpuinfo")):
+    """This CPU's vendor_id ("GenuineIntel", "AuthenticAMD"), or None where it is not known."""
+    return _cpuinfo_field(cpuinfo, "vendor_id", str.strip)
+
+
+def _cpuinfo_field(cpuinfo, name, parse):
+    """`parse` of the first `name : value` line of /proc/cpuinfo, or None."""
     try:
         text = cpuinfo.read_text()
     except OSError:
         return None
-    flags = re.search(r"^flags\s*:(.*)$", text, re.MULTILINE)
-    return set(flags.group(1).split()) if flags else None
+    found = re.search(rf"^{name}\s*:(.*)$", text, re.MULTILINE)
+    return parse(found.group(1)) if found else None
 
 
-def bfloat16_cpu_notice(flags):
-    """The one-line notice for bfloat16 on a CPU with instruction-set `flags` (a set, None: unknown), or None
-    where bfloat16 may pay (AMX) or nothing is known."""
+def bfloat16_cpu_notice(flags, vendor=None):
+    """The one-line notice for bfloat16 on a CPU with instruction-set `flags` (a set, None: unknown) from
+    `vendor`, or None where bfloat16 was measured to pay (AMX; AVX512-BF16 on AMD) or nothing is known."""
     if flags is None or "amx_bf16" in flags:
         return None
     if "avx512_bf16" in flags:
+        if vendor == "AuthenticAMD":  # measured 0.57x float32 on an AMD EPYC Zen 4 (2026-12-07)
+            return None
         why = ("this CPU has AVX512-BF16 but no AMX, where Mask R-CNN R-50-FPN inference was measured 1.48x "
-               "slower in bfloat16 than in float32")
+               "slower in bfloat16 than in float32 on an Intel CPU (0.57x float32 on AMD Zen 4)")
     else:
         why = ("this CPU has no bfloat16 instructions (AVX512-BF16 or AMX): TensorFlow emulates them, slower "
                "than float32")
@@ -104,7 +117,7 @@ def dtype_policy_scope(cfg):
     """Layers created in this block get the config's policy; the global Keras policy is restored after.
     A bfloat16 policy on a CPU that would run it slower than float32 warns first (`bfloat16_cpu_notice`)."""
     if policy_name(cfg) == MIXED_BFLOAT16 and not tf.config.list_logical_devices("GPU"):
-        notice = bfloat16_cpu_notice(cpu_flags())
+        notice = bfloat16_cpu_notice(cpu_flags(), cpu_vendor())
         if notice:
             warnings.warn(notice, ConfigWarning, stacklevel=2)
     previous = keras.config.dtype_policy()
