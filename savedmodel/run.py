@@ -2,8 +2,7 @@
 
     python -m savedmodel.run --model model.onnx --input IMAGE|FOLDER|GLOB [--output DIR]
 
-The runtime is chosen by the model file (`.onnx` ONNX Runtime, `.xml` OpenVINO, `.tflite` LiteRT; see
-`savedmodel.runtimes`). Images are read as `tfdet.infer` reads them (OpenCV, EXIF orientation applied) and
+The runtime is chosen by the model file (`.onnx`: ONNX Runtime; see `savedmodel.runtimes`). Images are read as `tfdet.infer` reads them (OpenCV, EXIF orientation applied) and
 the same files are written: a picture per image with a detection scoring >= --thresh, `detections.json`
 (COCO results with the model's dataset category ids) and `images.json` (images and named categories).
 TensorFlow is never imported.
@@ -19,7 +18,7 @@ from tfdet.image_io import PICTURE_FORMATS, list_inputs
 
 def build_parser():
     parser = argparse.ArgumentParser(prog="python -m savedmodel.run", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, help="exported model: .onnx, .xml (OpenVINO IR) or .tflite")
+    parser.add_argument("--model", required=True, help="exported model: .onnx (python -m savedmodel.export --format onnx)")
     parser.add_argument("--input", required=True, help="image, folder or glob pattern")
     parser.add_argument("--output", default="run_output", help="output folder (run_output)")
     parser.add_argument("--output-ext", default="png", choices=PICTURE_FORMATS, help="picture format (png)")

@@ -1,10 +1,9 @@
-"""Exported models opened with their own runtime (ONNX Runtime, OpenVINO, LiteRT): no TensorFlow.
+"""Exported models opened with their own runtime (ONNX Runtime): no TensorFlow.
 
 Every export holds the SavedModel's `image_tensor` signature (uint8 RGB images in, the signature's
 detection outputs out, see `savedmodel.outputs`) and a `tfdet` metadata entry (JSON, `model_metadata`):
-the class names and dataset ids (labels.json's content), KRCNN.KEYPOINT_CONFIDENCE, MODEL.NUM_CLASSES
-and, for runtimes that need static shapes, the input size that images are letterboxed into.
-The runtime is chosen by the file: `.onnx` ONNX Runtime, `.xml` (with its `.bin`) OpenVINO, `.tflite` LiteRT.
+the class names and dataset ids (labels.json's content), KRCNN.KEYPOINT_CONFIDENCE and MODEL.NUM_CLASSES.
+The runtime is chosen by the file: `.onnx` ONNX Runtime (the only export so far).
 """
 
 import json
@@ -17,17 +16,16 @@ from tfdet.data.coco_classes import ModelCategories
 
 METADATA_KEY = "tfdet"
 METADATA_VERSION = 1
-RUNTIMES = {".onnx": "onnx", ".xml": "openvino", ".tflite": "litert"}
-INSTALL = {"onnx": "onnxruntime", "openvino": "openvino", "litert": "ai-edge-litert"}
+RUNTIMES = {".onnx": "onnx"}  # OpenVINO IR and LiteRT follow when savedmodel.export writes them
+INSTALL = {"onnx": "onnxruntime"}
 
 
 class ModelFileError(ValueError):
     """A model file the runner cannot use, in one line naming it."""
 
 
-def model_metadata(categories, cfg, input_size=None):
-    """The `tfdet` metadata of an export: labels (as labels.json), keypoint confidence, class count, the
-    static (height, width) input size or None."""
+def model_metadata(categories, cfg):
+    """The `tfdet` metadata of an export: labels (as labels.json), keypoint confidence, class count."""
     from savedmodel.label_map import labels_json
 
     return {
@@ -35,7 +33,6 @@ def model_metadata(categories, cfg, input_size=None):
         "labels": labels_json(categories),
         "keypoint_confidence": cfg.KRCNN.KEYPOINT_CONFIDENCE,
         "num_classes": int(cfg.MODEL.NUM_CLASSES),
-        "input_size": list(input_size) if input_size else None,
     }
 
 
@@ -117,38 +114,4 @@ def _open_onnx(path):
     return run, session.get_modelmeta().custom_metadata_map.get(METADATA_KEY)
 
 
-def _open_openvino(path):
-    ov = _import_runtime("openvino", "openvino")
-    core = ov.Core()
-    try:
-        model = core.read_model(str(path))
-    except Exception as error:  # OpenVINO raises RuntimeError and its own types
-        raise ModelFileError(f"{path}: OpenVINO cannot read it ({str(error).splitlines()[0]})") from None
-    metadata = model.get_rt_info([METADATA_KEY]).astype(str) if model.has_rt_info([METADATA_KEY]) else None
-    compiled = core.compile_model(model, "CPU")
-    request = compiled.create_infer_request()
-
-    def run(images):
-        results = request.infer({TENSOR_INPUT: images})
-        return {output.get_any_name(): value for output, value in results.items()}
-
-    return run, metadata
-
-
-def _open_litert(path):
-    litert = _import_runtime("litert", "ai_edge_litert.interpreter")
-    try:
-        interpreter = litert.Interpreter(model_path=str(path))
-    except Exception as error:  # LiteRT raises ValueError or RuntimeError for bad files
-        raise ModelFileError(f"{path}: LiteRT cannot load it ({str(error).splitlines()[0]})") from None
-    runner = interpreter.get_signature_runner()
-    sidecar = path.with_suffix(".json")
-    metadata = sidecar.read_text(encoding="utf-8") if sidecar.is_file() else None
-
-    def run(images):
-        return runner(**{TENSOR_INPUT: images})
-
-    return run, metadata
-
-
-_OPENERS = {"onnx": _open_onnx, "openvino": _open_openvino, "litert": _open_litert}
+_OPENERS = {"onnx": _open_onnx}
