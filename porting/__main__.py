@@ -5,10 +5,10 @@ Detectron `.pkl` into the tfdet model of a config (by default the config saved i
 writes DIR/model.weights.h5, DIR/config.yaml (the effective config, with the file's box regression
 weights), DIR/preserved_blobs.npz (the file's unused blobs, for re-saving) and prints a report of
 loaded, ignored, preserved, missing and mismatched blobs and the fields checked against the config.
-Exit status 1 when blobs are missing (unless --allow-missing) or mismatched, the model is unknown, or
-the file contradicts the config (the saved cfg's model keys; a .pth's RPN or RetinaNet anchors:
-porting.config_checks; a warning with --allow-missing); 2 when the file cannot be read safely. Nothing
-is written then.
+Exit status 1 when blobs are missing (unless --allow-missing) or mismatched, the model is unknown, a
+config value is refused (one line, as on every command), or the file contradicts the config (the saved
+cfg's model keys; a .pth's RPN or RetinaNet anchors: porting.config_checks; a warning with
+--allow-missing); 2 when the file cannot be read safely. Nothing is written then.
 
 `maskrcnn-benchmark --cfg X.yaml --weights model.pth --out DIR [--allow-missing] [KEY VALUE ...]`
 ports a maskrcnn-benchmark checkpoint, read without torch, the same way (its `iteration` reported; a
@@ -37,6 +37,7 @@ import sys
 
 from porting import commands
 from porting.commands import INITIALISES, PRESERVED_FILE
+from tfdet.config.errors import ConfigError
 from tfdet.console import add_verbose_flag
 
 
@@ -89,7 +90,10 @@ def main(argv=None):
         "detectron": commands.port_detectron, "maskrcnn-benchmark": commands.port_maskrcnn_benchmark,
         "export-detectron": commands.export_detectron, "zoo": commands.zoo,
     }  # fmt: skip
-    return run[args.command](args)
+    try:
+        return run[args.command](args)
+    except ConfigError as error:  # a config value refused while loading the config or building its model
+        return commands.error_status(error, 1)
 
 
 if __name__ == "__main__":

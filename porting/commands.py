@@ -61,7 +61,7 @@ def port_detectron(args):
     from porting.detectron_loader import port_weight_file
     from porting.file_config import FileConfigError, config_from_cfg_text
     from porting.pickle_reader import read_weight_file
-    from tfdet.config import load_config
+    from tfdet.config import ConfigError, load_config
 
     try:
         args.weights = resolve_weights(args.weights)  # a URL or catalog:// name: the checked download
@@ -81,7 +81,7 @@ def port_detectron(args):
                 print(f"building the model from the config saved in {args.weights}")
             model = build_for_port(cfg, args.allow_missing)
             report = port_weight_file(model, cfg, weight_file, args.weights, args.allow_missing, progress=True)
-        except FileConfigError as error:
+        except (FileConfigError, ConfigError) as error:
             return error_status(error, 1)
         except ValueError as error:
             print(error, file=sys.stderr)

@@ -1,6 +1,6 @@
 """Safe reader of legacy Detectron (Caffe2) ``.pkl`` weight files.
 
-Weight files are untrusted input (DESIGN.md decision 6). ``pickle`` can call any importable
+Weight files are untrusted input (docs/design.md decision 6). ``pickle`` can call any importable
 function while loading, so this reader uses a *restricted unpickler*: every global a stream asks
 for goes through :meth:`RestrictedUnpickler.find_class`, which answers from a fixed allow-list of
 the globals that Detectron files (Python-2 and Python-3 pickles, numpy 1.x and 2.x) actually

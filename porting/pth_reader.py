@@ -1,6 +1,6 @@
 """Torch-free reader of PyTorch ``.pth`` checkpoints (``torch.save``'s zip and legacy formats).
 
-Checkpoints are untrusted input (DESIGN.md decision 6), so ``torch.load`` is never used and torch
+Checkpoints are untrusted input (docs/design.md decision 6), so ``torch.load`` is never used and torch
 is never imported. The object pickle goes through porting's restricted unpickler, extended with the
 few globals that ``torch.save`` writes for tensors, each answered by our own code:
 

@@ -164,6 +164,17 @@ def test_list_overrides_are_parsed_as_literals():
     assert cfg.TRAIN.DATASETS == ("a", "b")
 
 
+def test_list_overrides_are_decoded_as_detectrons_merge_cfg_from_list():
+    # _decode_cfg_value: literal_eval of the text, the text where that fails; a string literal unquoted
+    for text, expected in [("''", ""), ('"a b"', "a b"), ("2018", "2018"), ("1.10", "1.10"), ("out/dir", "out/dir")]:
+        assert load_config(overrides=["OUTPUT_DIR", text]).OUTPUT_DIR == expected
+    assert load_config(overrides=["TFDET.MIXED_PRECISION", "''"]).TFDET.MIXED_PRECISION == ""
+    # a Python literal first, YAML only for text that is none ("[(1, 2, 3)]" is no YAML tuple)
+    overrides = ["PIXEL_MEANS", "[[(1.0, 2.0, 3.0)]]", "MODEL.MASK_ON", "true", "TEST.DATASETS", "[a, b]"]
+    cfg = load_config(overrides=overrides)
+    assert cfg.PIXEL_MEANS == (((1.0, 2.0, 3.0),),) and cfg.MODEL.MASK_ON is True and cfg.TEST.DATASETS == ("a", "b")
+
+
 def test_dict_overrides_nested_and_dotted():
     cfg = load_config(
         zoo("e2e_mask_rcnn_R-50-FPN_1x.yaml"),

@@ -47,6 +47,7 @@ LIMIT_SAMPLES = {
     "TEST.BBOX_VOTE.ENABLED": (True, ()),
     "MODEL.TYPE": ("rfcn", ()),
     "TFDET.SIZE_DIVISIBILITY": (32, ()),
+    "TFDET.MIXED_PRECISION": ("float8", ()),
     "MODEL.MASK_ON": (True, ()),
     "MODEL.KEYPOINTS_ON": (True, ()),
     "MODEL.CONV_BODY": ("VGG16.add_VGG16_conv5_body", ()),

@@ -176,6 +176,7 @@ def main(argv=None):
     quiet_libraries()
     from tfdet.config import load_config
     from tfdet.config.errors import ConfigError
+    from tfdet.train import check_uses
 
     photo = pathlib.Path(args.photo)
     if not photo.is_file():
@@ -183,6 +184,7 @@ def main(argv=None):
         return 2
     try:
         cfg = load_config(args.cfg, args.opts)
+        check_uses(cfg, export=True)  # what any stage would refuse, before the first
     except (ConfigError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -1,12 +1,8 @@
 """Graph optimisation of our tf.functions: TensorFlow's Grappler off when they run on CPUs only.
 
-Grappler rewrites a function's graph when it is first run. On CPUs it costs much of a first call and
-gains little or nothing later, measured on 2 cores (AVX-512):
-- training step: the tiny shapes model's first step 8.0 s with it, 4.0 s without, later steps 0.30 s and
-  0.26 s; the R-50-FPN shapes model at 192 px 11.2 s and 6.6 s, later steps 3.0 s either way;
-- Predictor: the tiny model's first image 5.1 s and 4.1 s, later 0.06 s either way; Mask R-CNN R-50-FPN at
-  800 px 5.6-5.8 s and 5.2 s, later 2.37-2.45 s and 2.50 s (3 % slower without).
-On GPUs its layout optimiser matters, so it stays on there. TF Serving applies its own.
+Grappler rewrites a function's graph when it is first run: on CPUs that lengthens the first call of a
+training step or a Predictor and speeds up no later one (docs/design.md decision 7; the figures are in
+benchmarks/README.md). On GPUs its layout optimiser matters, so it stays on there; TF Serving applies its own.
 """
 
 import contextlib

@@ -36,7 +36,7 @@ if __name__ == "__main__":  # before TensorFlow is imported: its native log reco
 import argparse
 import sys
 
-from tfdet.config import check_supported, load_config
+from tfdet.config import ConfigError, check_supported, load_config
 from tfdet.console import add_verbose_flag
 from tfdet.data.coco_classes import model_categories
 from tfdet.data.model_labels import read_model_categories
@@ -180,6 +180,9 @@ def main(argv=None):
     freeze_imports()
     try:
         predictor = Predictor(cfg, args.weights)
+    except ConfigError as error:  # a config value the model cannot be built with
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except Exception as error:  # the command line's boundary: any failure to load weights is one line
         reason = f"{type(error).__name__}: {first_line(error)}"
         print(f"error: cannot load {args.weights} into the model of {args.cfg}: {reason}", file=sys.stderr)

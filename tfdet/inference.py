@@ -50,8 +50,8 @@ class Predictor:
         augmented = uses_test_time_augmentation(self.cfg)
         self._augmentation = TestTimeAugmentation(self.cfg, self.model) if augmented else None
         if not augmented:
-            # Traced here, once, for every image size: the first predict() no longer pays the trace (2.3 s of
-            # Mask R-CNN R-50-FPN's 8 s first call, against 5 s warm, on 2 cores).
+            # Traced here, once, for every image size: the first predict() pays the first run only, not the
+            # trace (docs/design.md decision 7).
             self._run.get_concrete_function()
 
     @classmethod

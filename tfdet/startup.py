@@ -9,11 +9,10 @@ import gc
 def freeze_imports():
     """`gc.freeze()` once per process, after importing TensorFlow, before a model is built or traced.
 
-    Tracing allocates enough to trigger full collections, and each of them walked TensorFlow's and Keras' module
-    objects (hundreds of thousands) again: `tfdet.infer` on the demo photos with the tiny model 7.1 -> 6.3 s,
-    its first image 1.9 -> 1.7 s. Only command lines call it, once: a frozen object is never collected, which a
-    library must not decide for its caller's objects. A process that froze its own start-up already (a test
-    runner calling a command line's `main`) is left as it is.
+    Tracing allocates enough to trigger full collections, each of which would walk TensorFlow's and Keras' module
+    objects (hundreds of thousands) again (the time it saves: benchmarks/README.md). Only command lines call it,
+    once: a frozen object is never collected, which a library must not decide for its caller's objects. A process
+    that froze its own start-up already (a test runner calling a command line's `main`) is left as it is.
     """
     if gc.get_freeze_count():
         return

@@ -100,10 +100,11 @@ def main(argv=None):
     return status
 
 
-def check_uses(cfg, test=True):
+def check_uses(cfg, test=True, export=False):
     """check_supported for training and, when `test`, for the final test (inference and evaluation of every
-    TEST.DATASETS entry): one ConfigError naming each refused key once, before hours of training."""
+    TEST.DATASETS entry), and for `export`: one ConfigError naming each refused key once, before hours of training."""
     uses = [("training", ())] + ([("inference", ()), ("evaluation", cfg.TEST.DATASETS)] if test else [])
+    uses += [("export", ())] if export else []
     problems = []
     for use, datasets in uses:
         try:

@@ -27,9 +27,9 @@ def get_default_config() -> Config:
 def load_config(path: str | os.PathLike | Mapping | None = None, overrides: Overrides | None = None) -> Config:
     """Defaults, then the YAML file at `path` (or a mapping already read), then `overrides`; frozen.
 
-    `overrides` is a flat list ["KEY.SUB", "VALUE", ...] (command-line style: each VALUE is read as a
-    YAML literal, else a Python literal such as "(800,)", else kept as text) or a dict with nested
-    sections or dotted keys. Detectron's renamed keys and legacy function names are accepted with a
+    `overrides` is a flat list ["KEY.SUB", "VALUE", ...] (command-line style: each VALUE decoded as
+    Detectron's merge_cfg_from_list decodes it, `tfdet.config.decoding.decode_override_text`) or a dict
+    with nested sections or dotted keys. Detectron's renamed keys and legacy function names are accepted with a
     ConfigWarning; its deprecated keys are ignored with one. A maskrcnn-benchmark / DA-fork YAML is
     translated first, with a report on stderr (`tfdet.config.maskrcnn_benchmark.translation`).
     """

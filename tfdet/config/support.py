@@ -95,6 +95,10 @@ class Refused:
     when: tuple = ()
 
 
+# TFDET.MIXED_PRECISION's values, as tfdet.modeling.mixed_precision.policy_name reads them (stripped, lower case).
+_MIXED_PRECISIONS = ("", "false", "float32", "true", "mixed_float16", "mixed_bfloat16")
+
+
 # ---- rules shared by several keys ----------------------------------------------------------------------
 
 def _one_of(values, uses, when=(), reason="not one of Detectron's values", fix=None):
@@ -634,8 +638,15 @@ SUPPORT = {
     "TFDET.ROI_ALIGN_ALIGNED": Implemented(_INFERENCE_WIRING),
     "TFDET.DEVICE_MAP": Implemented("tests/test_device_map.py::test_inference_model_runs_mapped_parts_on_device_1"),
     "TFDET.MIXED_PRECISION": Implemented(
-        "tests/test_mixed_precision.py::test_bfloat16_detections_agree_with_float32_within_the_stated_tolerance"
-    ),
+        "tests/test_mixed_precision.py::test_bfloat16_detections_agree_with_float32_within_the_stated_tolerance",
+        (
+            Limit(
+                lambda value, _: value.strip().lower() in _MIXED_PRECISIONS,
+                "not a precision tfdet.modeling.mixed_precision knows",
+                "use '' or false (float32), true (the device's own), mixed_float16 or mixed_bfloat16", MODEL_USES,
+            ),
+        ),
+    ),  # fmt: skip
     "TFDET.SIZE_DIVISIBILITY": Implemented(
         "tests/test_preprocessing.py::test_size_divisibility_pads_every_input_path",
         (

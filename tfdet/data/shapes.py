@@ -16,35 +16,20 @@ Visibility v: 2 when the keypoint touches the visible mask (its 3x3 pixel neighb
 1 when it is covered by a later shape but lies in the annotation's box (1 px margin), as COCO labels
 occluded keypoints; 0 (with x = y = 0) otherwise, where no box-bound heatmap could learn it.
 Keypoints sit on the polygon outline, so they lie within 1 px of the rasterised box.
-About 2% of the images have no shape at all (Detectron's training skips such images; evaluation
-keeps them, where any detection is a false positive).
+An image has no shape with probability EMPTY_IMAGE_PROBABILITY (Detectron's training skips such images;
+evaluation keeps them, where any detection is a false positive).
 
-Rendering styles (`style`), for domain adaptation: "plain" (the default) is the dataset above;
-"foggy" renders the same scenes (identical annotations) through dense haze, a strong colour cast and
-sensor grain: each pixel is blended toward a bright grey-blue airlight with a transmission of
-0.15-0.3 that thins toward the bottom of the image (Koschmieder's model, as Foggy Cityscapes uses),
-the channels get gains in [0.6, 1.4], a 5x5 Gaussian blur, a coarse grain (one N(0, 25^2) grey level
-per 3 x 3 pixel cell, added to all channels) and N(0, 10^2) noise. The extra draws come from their
-own generator, so a plain image is unchanged by the existence of styles. `shapes_target_train`
-(512 images, seed 2) and `shapes_target_val` (64 images, seed 3) are foggy splits: an unlabelled
-target domain for training (its annotations are there but DA training does not read them) and a
-labelled one for measuring; `shapes_test` and `shapes_target_test` (1024 images each, seeds 4 and 5, plain and
-foggy) measure benchmarks with less evaluation noise.
-Why the shift is hard for a source-only detector yet learnable: it changes only low-level image
-statistics that a detector trained on plain images keys on - the contrast between a shape and its
-surroundings falls to 15-55% of the plain image's, the colours move, and the flat, clean shape
-fills and smooth backgrounds become grainy (the plain domain has no such texture) - while the
-geometry that defines the classes (outlines, sizes, occlusions, the boxes) is untouched and every
-shape stays a region of its own mean colour with a straight or round boundary, visible after local
-averaging over the grain. So one detector whose features ignore contrast, colour and fine texture
-can serve both domains: the domain-invariant solution that DA's domain classifiers push towards.
-Measured (GENERATOR_VERSION 2), source-only: source AP 54.5, target AP 25.6 (ratio 0.47), 1500 iterations,
-RNG_SEED 0: `python -m tfdet.train --skip-test --cfg configs/shapes_tiny_da_faster.yaml
-MODEL.DOMAIN_ADAPTATION_ON False TRAIN.IMS_PER_BATCH 1 SOLVER.MAX_ITER 1500 SOLVER.STEPS "[0, 1125, 1350]"
-RNG_SEED 0 OUTPUT_DIR out`, then `python -m tfdet.evaluate --cfg <same> --weights out/model_final.weights.h5
---dataset shapes_val` (and `--dataset shapes_target_val`), bbox AP. The same model on the v1 fog
-(transmission 0.3-0.55, gains [0.75, 1.25], no grain): ratio 0.82. RNG_SEED 1 (benchmarks/da_experiment.py
---arms "source only" --seeds 1 --iterations 1500): source AP 55.1, target AP 27.6 (ratio 0.50).
+Rendering styles (`style`), for domain adaptation: "plain" (the default) is the dataset above; "foggy" renders
+the same scenes (identical annotations) through dense haze, a strong colour cast and sensor grain (the FOG_*
+constants): each pixel is blended toward a bright grey-blue airlight with a transmission that thins toward the
+bottom of the image (Koschmieder's model, as Foggy Cityscapes uses), the channels get random gains, then a 5x5
+Gaussian blur, a coarse grain (one grey level per 3 x 3 pixel cell, added to all channels) and per-pixel noise.
+The fog changes only low-level statistics (contrast, colour, texture), never the geometry that defines the
+classes (outlines, sizes, occlusions, boxes). Its draws come from their own generator, so a plain image is
+unchanged by the existence of styles. The splits (SPLITS): `shapes_train` and `shapes_val` plain;
+`shapes_target_train` (unlabelled for DA training: its annotations are there but not read) and
+`shapes_target_val` foggy; `shapes_test` and `shapes_target_test`, 1024 images each, plain and foggy, for
+measuring with less evaluation noise. How hard the shift is for a source-only detector: benchmarks/README.md.
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """Keras variables <-> Detectron blobs: names, Caffe2 shapes and array layouts.
 
-Layer names are Detectron's blob names without their parameter suffix (DESIGN.md decision 3),
+Layer names are Detectron's blob names without their parameter suffix (docs/design.md decision 3),
 so one rule per layer type maps a variable onto its blob:
 
 | layer | variable -> blob | Caffe2 layout from ours |

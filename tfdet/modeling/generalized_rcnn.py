@@ -3,7 +3,7 @@
 The inference model takes `images` (B, H, W, 3) float32 BGR minus PIXEL_MEANS (H, W padded to
 FPN.COARSEST_STRIDE for FPN) and `image_info` (B, 3) = (original height, original width, scale);
 models without an RPN (Detectron's Fast R-CNN configs) also take `proposals` (B, N, 4) in original
-pixels and `num_proposals` (B,). It returns complete detections (DESIGN.md decision 5): `boxes`
+pixels and `num_proposals` (B,). It returns complete detections (docs/design.md decision 5): `boxes`
 (B, D, 4) x1,y1,x2,y2 in original pixels, `scores`, `classes` (1..NUM_CLASSES-1), `num_detections`,
 plus `mask_probs` (B, D, M, M) of each detection's class when MASK_ON and `keypoints`
 (B, D, K, 4) x, y, logit, prob when KEYPOINTS_ON. RPN-only models return `proposals`,

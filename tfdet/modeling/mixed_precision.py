@@ -24,10 +24,10 @@ bilinear weights, are float32, the feature values it reads keep the policy's dty
 Loss scaling: float16's range needs it (keras.optimizers.LossScaleOptimizer, `needs_loss_scaling`);
 bfloat16 has float32's exponent range and needs none.
 
-bfloat16 on a CPU pays only where the CPU computes it: without AVX512-BF16 or AMX TensorFlow emulates it; with
-AVX512-BF16 but no AMX, Mask R-CNN R-50-FPN inference was measured 1.48x slower than float32 on an Intel CPU
-and 0.57x float32 on an AMD EPYC Zen 4 (benchmarks/bench_mixed_precision.py). Building a bfloat16 model where
-it was measured slower (no GPU visible) says so in one ConfigWarning (`bfloat16_cpu_notice`).
+bfloat16 on a CPU pays only where the CPU computes it: without AVX512-BF16 or AMX TensorFlow emulates it.
+Building a bfloat16 model with no GPU visible, on a CPU where it was measured slower than float32 (no bfloat16
+instructions; AVX512-BF16 without AMX on Intel), says so in one ConfigWarning (`bfloat16_cpu_notice`; the
+figures are in benchmarks/README.md).
 """
 
 import contextlib
@@ -38,7 +38,7 @@ import warnings
 import keras
 import tensorflow as tf
 
-from tfdet.config.errors import ConfigWarning
+from tfdet.config.errors import ConfigError, ConfigWarning
 from tfdet.layers import AffineChannel, CaffeConv2D, FlattenDense, RoIFeatureTransform
 from tfdet.modeling.device_map import leaf_layers
 
@@ -65,7 +65,7 @@ def policy_name(cfg):
         return MIXED_FLOAT16 if tf.config.list_logical_devices("GPU") else MIXED_BFLOAT16
     if value in (MIXED_FLOAT16, MIXED_BFLOAT16):
         return value
-    raise ValueError(
+    raise ConfigError(
         f"TFDET.MIXED_PRECISION {cfg.TFDET.MIXED_PRECISION!r}: expected '' or false, true, "
         f"{MIXED_FLOAT16} or {MIXED_BFLOAT16}"
     )
@@ -102,7 +102,7 @@ def bfloat16_cpu_notice(flags, vendor=None):
     if flags is None or "amx_bf16" in flags:
         return None
     if "avx512_bf16" in flags:
-        if vendor == "AuthenticAMD":  # measured 0.57x float32 on an AMD EPYC Zen 4 (2026-12-07)
+        if vendor == "AuthenticAMD":  # measured faster than float32 there (benchmarks/README.md)
             return None
         why = ("this CPU has AVX512-BF16 but no AMX, where Mask R-CNN R-50-FPN inference was measured 1.48x "
                "slower in bfloat16 than in float32 on an Intel CPU (0.57x float32 on AMD Zen 4)")

@@ -1,6 +1,6 @@
 """Building blocks shared by the RoI heads: RoI pooling from the body, Caffe2 fills and ConvTranspose.
 
-Every layer carries its Detectron blob name (DESIGN.md decision 3); layers without parameters
+Every layer carries its Detectron blob name (docs/design.md decision 3); layers without parameters
 (crops, RoI pooling) get descriptive names that no Detectron blob uses. Convs, ConvGN and ReLUs
 come from tfdet.modeling.backbones.conv_norm.
 """
