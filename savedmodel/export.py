@@ -27,12 +27,11 @@ import uuid
 from tqdm import tqdm
 
 from savedmodel.label_map import LABELS_FILE
+from savedmodel.loaded_model import check_exportable, load_model_for_export
 from savedmodel.outputs import MASK_FORMATS
 from savedmodel.runtime_export import FORMATS as RUNTIME_FORMATS
-from savedmodel.runtime_export import NOT_YET, check_format, export_for_runtime
-from tfdet.config.support import check_supported
+from savedmodel.runtime_export import NOT_YET, PRECISIONS, check_format, export_for_runtime
 from tfdet.console import add_verbose_flag
-from tfdet.weights_file import load_weights, weights_file
 
 
 class ExportError(Exception):
@@ -56,35 +55,26 @@ def export_saved_model(cfg, weights, out, mask_format="image", overwrite=False, 
     Returns the version directory. Raises ExportError when it exists and `overwrite` is False, or for `mask_format`
     "roi" on a model without masks; ValueError when `dataset_json` is bad or disagrees with the classes the
     weights store.
-    `progress`: a bar over the steps (build, load, trace and write) on a terminal. Config keys tfdet does not
+    `progress`: a bar over the steps (build and load, trace and write) on a terminal. Config keys tfdet does not
     implement for export raise tfdet.config.ConfigError first (`tfdet.config.support`).
     """
-    check_supported(cfg, "export")
+    check_exportable(cfg)
     if mask_format != "image" and not cfg.MODEL.MASK_ON:
         raise ExportError(no_masks(mask_format))
     out = version_directory(out)
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists; pass --overwrite to replace that version")
-    try:
-        weights = weights_file(weights, cfg.DOWNLOAD_CACHE).path  # a URL or catalog:// name: the checked download
-    except FileNotFoundError as error:
-        raise ExportError(str(error)) from None
     import tensorflow as tf
 
     from savedmodel.label_map import write_label_map
     from savedmodel.signatures import DetectionServingModule
-    from tfdet.data.model_labels import weights_categories
-    from tfdet.layers import placeholder_initialization
-    from tfdet.modeling import build_model
 
-    categories = weights_categories(cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON, weights, dataset_json)
-    with tqdm(total=3, desc="export", unit="step", leave=False, disable=None if progress else True) as bar:
-        bar.set_postfix_str("building the model")
-        with placeholder_initialization():  # every weight comes from the file
-            model = build_model(cfg)
-        bar.update()
-        bar.set_postfix_str(f"loading {pathlib.Path(weights).name}")
-        load_weights(model, cfg, weights)
+    with tqdm(total=2, desc="export", unit="step", leave=False, disable=None if progress else True) as bar:
+        bar.set_postfix_str(f"building the model, loading {pathlib.Path(str(weights)).name}")
+        try:
+            model, categories = load_model_for_export(cfg, weights, dataset_json)
+        except FileNotFoundError as error:
+            raise ExportError(str(error)) from None
         bar.update()
         bar.set_postfix_str("tracing the signatures, writing")
         module = DetectionServingModule(model, cfg, mask_format, categories)
@@ -136,13 +126,24 @@ def _parse(argv):
     )  # fmt: skip
     parser.add_argument(
         "--out", required=True,
-        help="BASE/NAME/VERSION, VERSION an integer (a SavedModel); a .onnx file for --format onnx",
+        help="BASE/NAME/VERSION, VERSION an integer (a SavedModel); a .onnx file for --format onnx, a .xml file "
+        "(beside it the .bin) for --format openvino",
     )  # fmt: skip
     parser.add_argument(
         "--format", default="savedmodel", choices=("savedmodel", *RUNTIME_FORMATS, *NOT_YET),
-        help="savedmodel (TF Serving's layout, default); onnx (standard opset, for ONNX Runtime), with the class "
-        "names inside; openvino and litert are refused for now, saying why",
+        help="savedmodel (TF Serving's layout, default); onnx (standard opset, for ONNX Runtime); openvino (IR); "
+        "the class names inside each (litert is refused for now, saying why)",
     )  # fmt: skip
+    precisions = sorted({p for values in PRECISIONS.values() for p in values})
+    parser.add_argument(
+        "--precision", default="float32", choices=precisions,
+        help="what the runtime computes in: float32 (default, tfdet's detections); onnx: int8 (needs --calibrate); "
+        "openvino: bfloat16 or float16",
+    )  # fmt: skip
+    parser.add_argument(
+        "--calibrate",
+        help="int8: images to calibrate on: a dataset name (coco:JSON:DIR, ...), a folder or a glob",
+    )
     parser.add_argument(
         "--mask-format",
         choices=MASK_FORMATS,
@@ -167,8 +168,11 @@ def main(argv=None):
     try:
         if args.format == "savedmodel":
             version_directory(args.out)
+            if args.precision != "float32" or args.calibrate is not None:
+                raise ExportError("--precision and --calibrate are for --format onnx or openvino; a SavedModel "
+                                  "computes as its config says (TFDET.MIXED_PRECISION)")
         else:
-            check_format(args.format, args.out)
+            check_format(args.format, args.out, args.precision, args.calibrate)
         if not pathlib.Path(args.cfg).is_file():
             raise ExportError(f"config file not found: {args.cfg}")  # as tfdet.train and tfdet.evaluate say it
         cfg = load_config(args.cfg, args.opts)
@@ -180,8 +184,8 @@ def main(argv=None):
                 raise ExportError(f"--format {args.format} exports image masks: --mask-format {mask_format} is for "
                                   "the SavedModel")
             out = export_for_runtime(cfg, args.weights, args.out, args.format, args.overwrite, args.dataset_json,
-                                     export_saved_model)
-            print(f"wrote {out} in {time.perf_counter() - start:.1f} s ({args.format}); run it with "
+                                     args.precision, args.calibrate)
+            print(f"wrote {out} in {time.perf_counter() - start:.1f} s ({args.format}, {args.precision}); run it with "
                   f"python -m savedmodel.run --model {out} --input IMAGES")
             return 0
         out = export_saved_model(

@@ -1,9 +1,10 @@
 """python -m savedmodel.run: detections of an exported model with only its runtime, NumPy and OpenCV.
 
-    python -m savedmodel.run --model model.onnx --input IMAGE|FOLDER|GLOB [--output DIR]
+    python -m savedmodel.run --model model.onnx|model.xml --input IMAGE|FOLDER|GLOB [--output DIR]
 
-The runtime is chosen by the model file (`.onnx`: ONNX Runtime; see `savedmodel.runtimes`). Images are read as `tfdet.infer` reads them (OpenCV, EXIF orientation applied) and
-the same files are written: a picture per image with a detection scoring >= --thresh, `detections.json`
+The runtime is chosen by the model file (`.onnx`: ONNX Runtime, `.xml`: OpenVINO; see `savedmodel.runtimes`),
+in the precision the model was exported for. Images are read as `tfdet.infer` reads them (OpenCV, EXIF
+orientation applied), prepared and finished as the Predictor does, and the same files are written: a picture per image with a detection scoring >= --thresh, `detections.json`
 (COCO results with the model's dataset category ids) and `images.json` (images and named categories).
 TensorFlow is never imported.
 """
@@ -18,7 +19,7 @@ from tfdet.image_io import PICTURE_FORMATS, list_inputs
 
 def build_parser():
     parser = argparse.ArgumentParser(prog="python -m savedmodel.run", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, help="exported model: .onnx (python -m savedmodel.export --format onnx)")
+    parser.add_argument("--model", required=True, help="exported model: .onnx or .xml (python -m savedmodel.export --format onnx|openvino)")
     parser.add_argument("--input", required=True, help="image, folder or glob pattern")
     parser.add_argument("--output", default="run_output", help="output folder (run_output)")
     parser.add_argument("--output-ext", default="png", choices=PICTURE_FORMATS, help="picture format (png)")
@@ -47,7 +48,10 @@ def main(argv=None):
     except (ModelFileError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"{model.path.name} on {model.runtime}: {model.categories.describe()}")
+    precision = model.precision
+    if precision != model.metadata["precision"]:
+        precision += f", as this CPU has no {model.metadata['precision']} arithmetic"
+    print(f"{model.path.name} on {model.runtime} ({precision}): {model.categories.describe()}")
     log = DetectionRun(args, model.predict, model.categories, _Settings(model)).run(inputs)
     print(log.summary(args.thresh))
     return 1 if log.failures else 0

@@ -1,9 +1,10 @@
-"""Exported models opened with their own runtime (ONNX Runtime): no TensorFlow.
+"""Exported models opened with their own runtime: no TensorFlow, no tfdet model code.
 
-Every export holds the SavedModel's `image_tensor` signature (uint8 RGB images in, the signature's
-detection outputs out, see `savedmodel.outputs`) and a `tfdet` metadata entry (JSON, `model_metadata`):
-the class names and dataset ids (labels.json's content), KRCNN.KEYPOINT_CONFIDENCE and MODEL.NUM_CLASSES.
-The runtime is chosen by the file: `.onnx` ONNX Runtime (the only export so far).
+An export holds the raw detection graph (`savedmodel.runtime_graph`) and a `tfdet` metadata entry (JSON,
+`model_metadata`): the class names and dataset ids (labels.json's content), the preparation and finishing
+values of the config, and the precision the runtime computes in. `ExportedModel.predict` prepares images,
+runs the graph and finishes its detections with the code the Predictor uses, so it returns what
+`Predictor.predict` returns. The runtime is chosen by the file: `.onnx` ONNX Runtime, `.xml` OpenVINO.
 """
 
 import json
@@ -11,28 +12,41 @@ import pathlib
 
 import numpy as np
 
-from savedmodel.outputs import TENSOR_INPUT, detections_per_image
 from tfdet.data.coco_classes import ModelCategories
+from tfdet.keypoint_decoding import heatmaps_to_keypoints
+from tfdet.mask_paste import paste_masks
+from tfdet.preprocessing import as_bgr_image, prepared_inputs
 
 METADATA_KEY = "tfdet"
-METADATA_VERSION = 1
-RUNTIMES = {".onnx": "onnx"}  # OpenVINO IR and LiteRT follow when savedmodel.export writes them
-INSTALL = {"onnx": "onnxruntime"}
+METADATA_VERSION = 2
+RUNTIMES = {".onnx": "onnx", ".xml": "openvino"}
+INSTALL = {"onnx": "onnxruntime", "openvino": "openvino"}
+# What each runtime computes in, by the export's --precision (float32 unless the export said otherwise).
+OPENVINO_PRECISION_HINTS = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 
 class ModelFileError(ValueError):
     """A model file the runner cannot use, in one line naming it."""
 
 
-def model_metadata(categories, cfg):
-    """The `tfdet` metadata of an export: labels (as labels.json), keypoint confidence, class count."""
+def model_metadata(categories, cfg, stride, precision="float32"):
+    """The `tfdet` metadata of an export of `cfg`: labels (as labels.json), the values that prepare images
+    (PIXEL_MEANS, TEST.SCALE, TEST.MAX_SIZE, the padding `stride`) and finish detections
+    (MRCNN.THRESH_BINARIZE, KRCNN.INFERENCE_MIN_SIZE, KRCNN.KEYPOINT_CONFIDENCE), the class count, `precision`."""
     from savedmodel.label_map import labels_json
 
     return {
         "version": METADATA_VERSION,
         "labels": labels_json(categories),
-        "keypoint_confidence": cfg.KRCNN.KEYPOINT_CONFIDENCE,
         "num_classes": int(cfg.MODEL.NUM_CLASSES),
+        "pixel_means": [float(v) for v in np.asarray(cfg.PIXEL_MEANS, np.float64).reshape(3)],
+        "test_scale": int(cfg.TEST.SCALE),
+        "test_max_size": int(cfg.TEST.MAX_SIZE),
+        "stride": int(stride),
+        "mask_threshold": float(cfg.MRCNN.THRESH_BINARIZE),
+        "keypoint_min_size": int(cfg.KRCNN.INFERENCE_MIN_SIZE),
+        "keypoint_confidence": cfg.KRCNN.KEYPOINT_CONFIDENCE,
+        "precision": precision,
     }
 
 
@@ -44,8 +58,10 @@ def categories_of(labels):
 
 
 class ExportedModel:
-    """An exported tfdet model: `predict(image)` gives what `Predictor.predict` gives for a BGR uint8 image;
-    `categories`, `keypoint_confidence`, `num_classes` as the model was exported with."""
+    """An exported tfdet model: `predict(image)` gives what `Predictor.predict` gives for a BGR uint8 image (or
+    a list of them, batched as the Predictor batches); `categories`, `keypoint_confidence`, `num_classes` as the
+    model was exported with; `precision`, what the runtime computes in on this CPU (the export's, or float32
+    or bfloat16 where the CPU lacks the one asked for: OpenVINO's choice)."""
 
     def __init__(self, path):
         self.path = pathlib.Path(path)
@@ -58,21 +74,44 @@ class ExportedModel:
         if not self.path.is_file():
             raise ModelFileError(f"{self.path}: no such model file")
         self.runtime = runtime
-        self._run, metadata = _OPENERS[runtime](self.path)
-        self.metadata = _checked_metadata(self.path, metadata)
+        opened = _OPENERS[runtime](self.path)
+        self.metadata = _checked_metadata(self.path, opened.metadata)
+        self._run, self.precision = opened.compile(self.metadata["precision"])
         self.categories = categories_of(self.metadata["labels"])
         self.keypoint_confidence = self.metadata["keypoint_confidence"]
         self.num_classes = self.metadata["num_classes"]
 
     def predict(self, image):
-        """Detections of one H x W x 3 uint8 BGR image, as `Predictor.predict` returns them."""
-        image = np.ascontiguousarray(image, np.uint8)
-        if image.ndim != 3 or image.shape[2] != 3:
-            raise ValueError(f"expected an H x W x 3 BGR image, got shape {image.shape}")
-        rgb = np.ascontiguousarray(image[None, :, :, ::-1])  # the image_tensor signature takes RGB
-        detections = detections_per_image(self._run(rgb))[0]
-        detections.pop("class_names", None)
-        return detections
+        """Detections of one H x W x 3 uint8 BGR image, as `Predictor.predict` returns them; a list of
+        results for a list of images (sizes may differ: one padded batch, as the Predictor runs it)."""
+        if isinstance(image, (list, tuple)):
+            return self._predict_batch(list(image))
+        return self._predict_batch([image])[0]
+
+    def _predict_batch(self, images):
+        images = [as_bgr_image(image) for image in images]
+        meta = self.metadata
+        inputs = prepared_inputs(images, meta["pixel_means"], meta["test_scale"], meta["test_max_size"], meta["stride"])
+        outputs = self._run(inputs)
+        return [self._image_results(outputs, i, image.shape[:2]) for i, image in enumerate(images)]
+
+    def _image_results(self, outputs, index, image_size):
+        count = int(outputs["num_detections"][index])
+        result = {
+            "boxes": outputs["boxes"][index, :count].astype(np.float32),
+            "scores": outputs["scores"][index, :count].astype(np.float32),
+            "classes": outputs["classes"][index, :count].astype(np.int32),
+        }
+        if "mask_probs" in outputs:
+            height, width = int(image_size[0]), int(image_size[1])
+            probs = outputs["mask_probs"][index, :count]
+            result["masks"] = paste_masks(probs, result["boxes"], height, width, self.metadata["mask_threshold"])
+        if "keypoint_heatmaps" in outputs:
+            heatmaps = outputs["keypoint_heatmaps"][index, :count]
+            keypoints = heatmaps_to_keypoints(heatmaps, result["boxes"], self.metadata["keypoint_min_size"])
+            result["keypoints"] = keypoints[:, :, :3]
+            result["keypoint_probs"] = keypoints[:, :, 3]
+        return result
 
 
 def _checked_metadata(path, text):
@@ -93,6 +132,14 @@ def _checked_metadata(path, text):
     return metadata
 
 
+class _Opened:
+    """A model file opened by its runtime: its `metadata` text, and `compile(precision)` -> (run, precision
+    computed in), run(inputs) -> dict of outputs."""
+
+    def __init__(self, metadata, compile):
+        self.metadata, self.compile = metadata, compile
+
+
 def _import_runtime(runtime, module):
     try:
         return __import__(module, fromlist=["_"])
@@ -100,18 +147,59 @@ def _import_runtime(runtime, module):
         raise ModelFileError(f"the {runtime} runtime is not installed: pip install {INSTALL[runtime]}") from None
 
 
+def _first_line(error):
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
 def _open_onnx(path):
     ort = _import_runtime("onnx", "onnxruntime")
     try:
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime raises its own exception types for bad files
-        raise ModelFileError(f"{path}: ONNX Runtime cannot load it ({str(error).splitlines()[0]})") from None
+        raise ModelFileError(f"{path}: ONNX Runtime cannot load it ({_first_line(error)})") from None
     names = [output.name for output in session.get_outputs()]
+    inputs = [item.name for item in session.get_inputs()]
 
-    def run(images):
-        return dict(zip(names, session.run(names, {TENSOR_INPUT: images})))
+    def compile(precision):
+        def run(feeds):
+            return dict(zip(names, session.run(names, {name: feeds[name] for name in inputs})))
 
-    return run, session.get_modelmeta().custom_metadata_map.get(METADATA_KEY)
+        return run, precision
+
+    return _Opened(session.get_modelmeta().custom_metadata_map.get(METADATA_KEY), compile)
 
 
-_OPENERS = {"onnx": _open_onnx}
+def _open_openvino(path):
+    ov = _import_runtime("openvino", "openvino")
+    core = ov.Core()
+    try:
+        model = core.read_model(str(path))
+    except Exception as error:  # OpenVINO raises RuntimeError subclasses of its own
+        raise ModelFileError(f"{path}: OpenVINO cannot read it ({_first_line(error)})") from None
+    metadata = model.get_rt_info([METADATA_KEY]).astype(str) if model.has_rt_info([METADATA_KEY]) else None
+
+    def compile(precision):
+        hint = OPENVINO_PRECISION_HINTS.get(precision)
+        if hint is None:
+            raise ModelFileError(f"{path}: precision {precision!r} is not one OpenVINO computes in")
+        compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": hint})
+        request = compiled.create_infer_request()
+        outputs = [(output, output.get_any_name()) for output in compiled.outputs]
+        inputs = [item.get_any_name() for item in compiled.inputs]
+
+        def run(feeds):
+            request.infer({name: feeds[_plain(name)] for name in inputs})
+            return {_plain(name): request.get_tensor(output).data.copy() for output, name in outputs}
+
+        computed = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
+        return run, {hint: name for name, hint in OPENVINO_PRECISION_HINTS.items()}.get(computed, computed)
+
+    return _Opened(metadata, compile)
+
+
+def _plain(name):
+    """A tensor name without TensorFlow's ':0' suffix."""
+    return name.split(":")[0]
+
+
+_OPENERS = {"onnx": _open_onnx, "openvino": _open_openvino}

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from savedmodel import outputs as names
 from savedmodel.label_map import class_name_table
+from savedmodel.loaded_model import check_exportable
 from savedmodel.preprocessing import prepare_batch, prepare_same_size_batch
 from tfdet.data.coco_classes import model_categories
 from tfdet.data.transforms import decode_bgr
@@ -32,11 +33,7 @@ class DetectionServingModule(tf.Module):
         super().__init__(name="tfdet_serving")
         if mask_format not in names.MASK_FORMATS:
             raise ValueError(f"mask_format must be one of {names.MASK_FORMATS}, got {mask_format!r}")
-        if cfg.MODEL.TYPE == "generalized_rcnn" and (not cfg.RPN.RPN_ON or cfg.MODEL.RPN_ONLY):
-            raise ValueError(
-                "only models that return detections from their own proposals can be exported (RetinaNet, "
-                "Faster/Mask/Keypoint R-CNN; not RPN-only or Fast R-CNN)"
-            )
+        check_exportable(cfg)
         # TF Serving's loader restores the variables the object graph holds as tf.Variables. A
         # tracked Keras 3 model would hold copies of its variables there, and the signatures would
         # read the originals, which nothing restores ("Could not find variable", TF issue #72963):

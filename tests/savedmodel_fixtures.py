@@ -59,10 +59,12 @@ def shapes_val_images(directory, count):
     return {f"shapes{i}": str(path) for i, path in enumerate(sorted(pathlib.Path(image_dir).glob("*.jpg")))}
 
 
-def assert_same_detections(served, expected, class_names=None, box_atol=0.5, keypoint_atol=0.5, score_atol=1e-4):
+def assert_same_detections(
+    served, expected, class_names=None, box_atol=0.5, keypoint_atol=0.5, score_atol=1e-4, logit_atol=1e-3
+):
     """Same detections as matched sets: class, boxes within `box_atol` px, scores within `score_atol`, masks IoU >= 0.99
     (or 2 pixels apart; at most 1 in 50 otherwise), keypoints on heatmap cell centres within a cell of each other (`heatmap_cell_size`;
-    over `keypoint_atol` px apart for at most 1 in 50), logits within 1e-3 (order may differ only between
+    over `keypoint_atol` px apart for at most 1 in 50), logits within `logit_atol` (order may differ only between
     near-equal scores). With `class_names` (the name of each class id), the served `class_names` name each
     served class."""
     n = len(expected["scores"])
@@ -100,7 +102,7 @@ def assert_same_detections(served, expected, class_names=None, box_atol=0.5, key
             moved += int((np.abs(got - want) > keypoint_atol).any(axis=1).sum())
             far += int((np.abs(got - want) > cell + 1e-3).any(axis=1).sum())
             keypoints += len(got)
-            np.testing.assert_allclose(served["keypoints"][i][:, 2], expected["keypoints"][j][:, 2], atol=1e-3)
+            np.testing.assert_allclose(served["keypoints"][i][:, 2], expected["keypoints"][j][:, 2], atol=logit_atol)
             np.testing.assert_allclose(served["keypoint_probs"][i], expected["keypoint_probs"][j], atol=1e-4)
     # within one cell, not 0.5 px: Detectron's heatmap side is ceil(box size), so boxes 173.0002 and 172.9996 px
     # wide (float noise between the two graphs) resize to 174 and 173 cells and move keypoints up to a cell;

@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from savedmodel_fixtures import heatmap_cell_size
+from tfdet.keypoint_decoding import heatmaps_to_keypoints as numpy_heatmaps_to_keypoints
 from tfdet.ops.keypoints import heatmaps_to_keypoints
 from tfdet.ops.resize import resize_cubic_cv2
 
@@ -206,3 +207,20 @@ def test_keypoints_of_float_noise_boxes_lie_within_a_cell():
     moved[2, 0] += 0.5
     with pytest.raises(AssertionError, match="off their heatmap cells"):
         heatmap_cell_size(moved, boxes[0])
+
+
+@pytest.mark.parametrize("num_keypoints, min_size", [(17, 0), (5, 0), (4, 0), (1, 0), (17, 64)])
+def test_numpy_decoding_matches_the_graphs(rng, num_keypoints, min_size):
+    """`tfdet.keypoint_decoding` (what runners without TensorFlow decode with) gives the model's decoding: the
+    same positions, logits within a float32 step and probabilities within summation order, for any keypoint
+    count (cv2 takes IPP's cubic kernel for 1, 3 or 4 channels, OpenCV's own otherwise, whose vector code rounds
+    a 5-channel map's sums in another order than a 17-channel one's; the graph reproduces OpenCV's own)."""
+    heatmaps = rng.standard_normal((30, HEATMAP_SIZE, HEATMAP_SIZE, num_keypoints)).astype(np.float32)
+    boxes = random_boxes(rng, 30, 0.5, 300)
+    expected = heatmaps_to_keypoints(heatmaps, boxes, min_size=min_size).numpy()
+    decoded = numpy_heatmaps_to_keypoints(heatmaps, boxes, min_size=min_size)
+    assert decoded.shape == expected.shape and decoded.dtype == np.float32
+    np.testing.assert_array_equal(decoded[..., :2], expected[..., :2])
+    np.testing.assert_allclose(decoded[..., 2], expected[..., 2], rtol=2e-7, atol=0)
+    np.testing.assert_allclose(decoded[..., 3], expected[..., 3], rtol=0, atol=PROB_TOLERANCE)
+    assert numpy_heatmaps_to_keypoints(heatmaps[:0], boxes[:0]).shape == (0, num_keypoints, 4)

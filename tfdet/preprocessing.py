@@ -74,7 +74,12 @@ def model_inputs(images, cfg, target_size, max_size):
     """The inference model's inputs for a list of BGR images resized to (target_size, max_size): the
     mean-subtracted images padded into one blob (to `padding_stride`), and image_info rows (input
     height, input width, scale)."""
-    prepared = [prepare_image(im, cfg.PIXEL_MEANS, target_size, max_size) for im in images]
-    blob = batch_images([p[0] for p in prepared], padding_stride(cfg))
+    return prepared_inputs(images, cfg.PIXEL_MEANS, target_size, max_size, padding_stride(cfg))
+
+
+def prepared_inputs(images, pixel_means, target_size, max_size, stride):
+    """`model_inputs` from the config's values: {"images": (B, H, W, 3) float32 blob, "image_info": (B, 3)}."""
+    prepared = [prepare_image(im, pixel_means, target_size, max_size) for im in images]
+    blob = batch_images([p[0] for p in prepared], stride)
     info = np.array([[im.shape[0], im.shape[1], scale] for im, (_, scale) in zip(images, prepared)], np.float32)
     return {"images": blob, "image_info": info}
