@@ -318,8 +318,12 @@ class FakePredictor:
 
     def __init__(self, cfg, weights):
         FakePredictor.weights.append(weights)
-        self.calls = 0
+        self.cfg, self.calls = cfg, 0
         self.categories = model_categories(cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON)
+
+    @classmethod
+    def from_checked(cls, cfg, weights, categories):  # how tfdet.evaluate builds one: weights a WeightsFile
+        return cls(cfg, weights.path)
 
     def predict(self, images):
         results = []

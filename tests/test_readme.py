@@ -1,17 +1,30 @@
-"""The README's commands run as written. Every bash and python block is marked with what it needs
-(`readme_blocks`), CI runs the README's test command, and the blocks marked to run do, in a fresh folder with
-stand-ins for the files they name (`readme_stand_ins`): the quick ones in the default suite, every one under
-`-m slow`, in the README's order (later blocks read what earlier ones wrote). A block fails on an exit status
-other than 0 or on a Python traceback in its output."""
+"""The commands of the README and of the task documents in docs/ run as written. Every bash and python block is
+marked with what it needs (`readme_blocks`), CI runs the README's test command, and the blocks marked to run do,
+in a fresh folder with stand-ins for the files they name (`readme_stand_ins`): the quick ones in the default
+suite, every one under `-m slow`, in the order of `readme_blocks.DOCUMENTS` and of each document (later blocks
+read what earlier ones wrote). A block fails on an exit status other than 0 or on a Python traceback in its
+output. Every document with a command block is one of DOCUMENTS, and every link of the documentation names a
+file (and heading) that exists."""
 
 import subprocess
 import sys
 
 import pytest
-from readme_blocks import CI, RUNS, RUNS_SLOW, Block, readme_blocks, script
+from readme_blocks import (
+    CI,
+    DOCUMENTS,
+    RUNS,
+    RUNS_SLOW,
+    Block,
+    broken_links,
+    documentation_blocks,
+    readme_blocks,
+    script,
+)
 from readme_stand_ins import REPO_ROOT, checkout, stand_ins
 
-BLOCKS = readme_blocks(REPO_ROOT / "README.md")
+BLOCKS = documentation_blocks(REPO_ROOT)
+MARKDOWN = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 RUNNABLE = [block for block in BLOCKS if block.mark in (RUNS, RUNS_SLOW)]
 TRACEBACK = "Traceback (most recent call last)"
 BLOCK_TIMEOUT_S = 1500
@@ -37,19 +50,28 @@ def test_every_command_block_is_marked_with_what_it_needs():
     assert {block.mark for block in RUNNABLE} == {RUNS, RUNS_SLOW}
 
 
+def test_every_document_with_commands_is_run_and_every_link_exists():
+    documents = {path.relative_to(REPO_ROOT).as_posix() for path in MARKDOWN}
+    assert set(DOCUMENTS) <= documents
+    assert [name for name in sorted(documents - set(DOCUMENTS)) if readme_blocks(REPO_ROOT / name)] == []
+    assert {block.document for block in BLOCKS} == set(DOCUMENTS)
+    assert [problem for path in MARKDOWN for problem in broken_links(path)] == []
+
+
 def test_ci_runs_the_readmes_test_command():
     (ci,) = [block for block in BLOCKS if block.mark == CI]
+    assert ci.document == "README.md"
     ci_script = (REPO_ROOT / ".ci" / "run").read_text()
     assert all(line in ci_script.splitlines() for line in ci.text.splitlines()), ci.text
 
 
 def test_a_failing_command_or_a_traceback_fails_its_block(tmp_path):
     environment = {"PATH": "/usr/bin:/bin"}
-    run_block(Block(1, "bash", "true\n", RUNS), tmp_path, environment)
+    run_block(Block("README.md", 1, "bash", "true\n", RUNS), tmp_path, environment)
     for text in (f"{sys.executable} -c 'import no_such_module_here'\n", "exit 3\n",
                  f"echo '{TRACEBACK}:' && true\n"):  # fmt: skip
         with pytest.raises(pytest.fail.Exception, match="README.md:1"):
-            run_block(Block(1, "bash", text, RUNS), tmp_path, environment)
+            run_block(Block("README.md", 1, "bash", text, RUNS), tmp_path, environment)
 
 
 def test_quick_blocks_run(tmp_path):

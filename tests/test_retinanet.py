@@ -6,6 +6,7 @@ import functools
 import gc
 import json
 import math
+import types
 
 import cv2
 import keras
@@ -296,7 +297,12 @@ def test_predictor_infer_and_evaluate_run_a_retinanet(tmp_path, monkeypatch):
     weights = tmp_path / "random.weights.h5"
     predictor.model.save_weights(str(weights))
     given = []
-    monkeypatch.setattr(tfdet.inference, "Predictor", lambda cfg, path: given.append(path) or predictor)
+
+    def from_checked(cfg, checked_weights, categories):  # how tfdet.evaluate builds its Predictor
+        given.append(checked_weights.path)
+        return predictor
+
+    monkeypatch.setattr(tfdet.inference, "Predictor", types.SimpleNamespace(from_checked=from_checked))
     annotations = shapes.generate(tmp_path, 2, seed=5, image_size=96, split_name="tiny")
     argv = ["--cfg", config, "--weights", str(weights), "--annotations", str(annotations)]
     argv += ["--images", str(tmp_path / "tiny"), "--output", str(tmp_path / "eval"), *TINY, *SMALL]

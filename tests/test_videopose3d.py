@@ -223,11 +223,13 @@ def test_videopose3d_command_line_writes_the_dataset(tmp_path, person_predictor,
     weights = tmp_path / "model_final.weights.h5"
     h5py.File(weights, "w").close()  # an empty weights file: the Predictor below stands in for loading it
 
-    def built_predictor(cfg, path):
-        assert str(path) == str(weights) and cfg.dump() == person_predictor.cfg.dump()
-        return person_predictor
+    class BuiltPredictor:
+        @staticmethod
+        def from_checked(cfg, checked_weights, categories):  # what tfdet.infer builds from what it checked
+            assert checked_weights.path == str(weights) and cfg.dump() == person_predictor.cfg.dump()
+            return person_predictor
 
-    monkeypatch.setattr(infer, "Predictor", built_predictor)
+    monkeypatch.setattr(infer, "Predictor", BuiltPredictor)
     output = tmp_path / "output_directory"
     argv = ["--cfg", str(TINY_CONFIG), "--output-dir", str(output), "--image-ext", "mp4", "--wts", str(weights),
             "--thresh", "0.5", "--output-ext", "pdf", str(folder), *PERSON_MODEL]  # fmt: skip

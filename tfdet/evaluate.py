@@ -30,6 +30,8 @@ from tfdet.config.errors import ConfigError
 from tfdet.config.support import check_supported
 from tfdet.console import add_verbose_flag, parse_args_with_overrides
 from tfdet.data.catalog import DatasetSpec, check_evaluation_dataset, get_dataset
+from tfdet.data.coco_classes import model_categories
+from tfdet.data.model_labels import read_model_categories
 from tfdet.evaluation import (
     detections_to_coco,
     evaluate_results,
@@ -86,7 +88,8 @@ def main(argv=None):
                 check_supported(cfg, "inference")
         if not args.output:
             print(f"results and metrics go to {_output_dir(args, cfg).resolve()} ({_output_origin(args, cfg)})")
-        return max([_evaluate(args, cfg, dataset) for dataset in datasets])
+        model = _Model(cfg, args.weights or cfg.TEST.WEIGHTS) if args.results is None else None
+        return max([_evaluate(args, cfg, dataset, model) for dataset in datasets])
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -95,8 +98,43 @@ def main(argv=None):
         return 1
 
 
-def _evaluate(args, cfg, dataset):
-    """Evaluate on one dataset (a model run, or --results); the exit status."""
+class _Model:
+    """The model a run evaluates on each of its datasets: its weights checked (a URL downloaded and md5-checked),
+    the classes they store read, and its Predictor built, each once, when the first dataset needs them (after
+    that dataset's own checks)."""
+
+    def __init__(self, cfg, weights):
+        self.cfg, self._weights_value = cfg, weights
+        self._weights = self._stored = self._predictor = None
+
+    def weights(self):
+        """The WeightsFile; UsageError in one line when there is none or it is missing or unknown."""
+        if self._weights is None:
+            if not self._weights_value:
+                raise UsageError("--weights (or TEST.WEIGHTS) is needed to run a model")
+            self._weights = _checked(weights_file, self._weights_value, self.cfg.DOWNLOAD_CACHE)
+            self._stored = _checked(read_model_categories, self._weights.path)
+        return self._weights
+
+    def categories(self, annotation_file):
+        """The model's classes on a dataset (`model_categories`: those its weights store must be the dataset's
+        categories, names and ids; else the dataset's), or a UsageError naming both before any model is built."""
+        self.weights()
+        num_classes, keypoints_on = self.cfg.MODEL.NUM_CLASSES, self.cfg.MODEL.KEYPOINTS_ON
+        return _checked(model_categories, num_classes, keypoints_on, annotation_file, self._stored)
+
+    def predictor(self, categories):
+        """The Predictor of the config and weights (built on the first call: `categories` are the first
+        dataset's, which `Predictor.categories` keeps)."""
+        if self._predictor is None:
+            from tfdet.inference import Predictor  # TensorFlow is imported only when a model runs
+
+            self._predictor = Predictor.from_checked(self.cfg, self.weights(), categories)
+        return self._predictor
+
+
+def _evaluate(args, cfg, dataset, model=None):
+    """Evaluate on one dataset (a model run of `model`, a _Model, or --results); the exit status."""
     coco_gt = _checked(load_coco, dataset.annotation_file)
     output_dir = _output_dir(args, cfg)
     unreadable, results_path = [], None
@@ -106,14 +144,12 @@ def _evaluate(args, cfg, dataset):
     else:
         iou_types = model_iou_types(cfg)
         _check_model_matches_dataset(cfg, coco_gt)
-        weights = args.weights or cfg.TEST.WEIGHTS
-        if not weights:
-            raise UsageError("--weights (or TEST.WEIGHTS) is needed to run a model")
-        weights = _checked(weights_file, weights, cfg.DOWNLOAD_CACHE).path  # a URL: the checked download
-        categories = _model_categories(cfg, weights, dataset.annotation_file)
+        categories = model.categories(dataset.annotation_file)
         vis = vis_writer(cfg, categories, output_dir)
         freeze_imports()
-        results, unreadable = predict_dataset(cfg, weights, coco_gt, dataset.image_dir, _batch_size(args, cfg), vis)
+        results, unreadable = dataset_predictions(
+            model.predictor(categories), categories.json_ids, coco_gt, dataset.image_dir, _batch_size(args, cfg), vis
+        )
         results_path = output_dir / f"results_{dataset.file_stem}.json"
         write_results(results_path, results)
         print(f"wrote {len(results)} results to {results_path}")
@@ -225,26 +261,24 @@ def _check_model_matches_dataset(cfg, coco_gt):
             raise UsageError(f"the model predicts {cfg.KRCNN.NUM_KEYPOINTS} keypoints, the dataset has {found}")
 
 
-def _model_categories(cfg, weights, annotation_file):
-    """The model's classes (`model_categories`: those its weights store must be the dataset's categories,
-    names and ids; else the dataset's), or a UsageError naming both before any model is built."""
-    from tfdet.data.model_labels import weights_categories  # imports TensorFlow (keypoint names)
-
-    return _checked(weights_categories, cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON, weights, annotation_file)
-
-
 def predict_dataset(cfg, weights, coco_gt, image_dir, batch_size=1, vis=None):
     """COCO results of a Predictor on every image of `coco_gt`, and [(image_id, message)] of unreadable ones.
     Their category ids are the model's dataset ids, which must be `coco_gt`'s (ValueError naming both).
 
     `vis(index, file_name, image, detections)`, when given, sees every image (index: its position among
     the sorted image ids, Detectron's roidb order)."""
-    from tfdet.data.coco_classes import model_categories
     from tfdet.inference import Predictor  # TensorFlow is imported only when a model runs
 
     predictor = Predictor(cfg, weights)
     num_classes, keypoints_on = cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON
     category_ids = model_categories(num_classes, keypoints_on, coco_gt.dataset, predictor.categories).json_ids
+    return dataset_predictions(predictor, category_ids, coco_gt, image_dir, batch_size, vis)
+
+
+def dataset_predictions(predictor, category_ids, coco_gt, image_dir, batch_size=1, vis=None):
+    """`predict_dataset` with a Predictor already built: COCO results with `category_ids` (the dataset ids of
+    the contiguous classes), and [(image_id, message)] of unreadable images."""
+    cfg = predictor.cfg
     image_ids = sorted(coco_gt.getImgIds())
     results, unreadable = [], []
     with tqdm(total=len(image_ids), desc="evaluate", unit="image", disable=None) as progress:

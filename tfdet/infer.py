@@ -41,7 +41,6 @@ from tfdet.console import add_verbose_flag
 from tfdet.data.coco_classes import model_categories
 from tfdet.data.model_labels import read_model_categories
 from tfdet.detection_writer import DetectionRun
-from tfdet.download import resolve_weights
 from tfdet.evaluation.results import KEYPOINT_CONFIDENCES
 from tfdet.image_io import PICTURE_FORMATS, list_inputs
 from tfdet.inference import Predictor
@@ -130,6 +129,12 @@ def first_line(error):
 def check_usage(args, cfg, stored=None):
     """(inputs, categories) for the command line, or UsageError before any model is built. `stored`: the
     classes the weights store (or a Predictor's categories), named and numbered by `model_categories`."""
+    return check_inputs(args, cfg), check_categories(args, cfg, stored)
+
+
+def check_inputs(args, cfg):
+    """The input files of the command line (`list_inputs`), or UsageError: an input that is not there, an
+    option the model of `cfg` cannot honour."""
     if args.videopose3d and not cfg.MODEL.KEYPOINTS_ON:
         raise UsageError("--videopose3d needs a keypoint model (MODEL.KEYPOINTS_ON: True)")
     if cfg.MODEL.KEYPOINTS_ON and cfg.KRCNN.KEYPOINT_CONFIDENCE not in KEYPOINT_CONFIDENCES:
@@ -138,11 +143,17 @@ def check_usage(args, cfg, stored=None):
             f"use one of {KEYPOINT_CONFIDENCES}"
         )
     try:
-        inputs = list_inputs(args.input, args.image_ext)
-        categories = model_categories(cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON, args.dataset_json, stored)
+        return list_inputs(args.input, args.image_ext)
     except (FileNotFoundError, ValueError) as error:
         raise UsageError(str(error)) from None
-    return inputs, categories
+
+
+def check_categories(args, cfg, stored=None):
+    """What the model's class ids mean (`model_categories` of `stored` and --dataset-json), or UsageError."""
+    try:
+        return model_categories(cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON, args.dataset_json, stored)
+    except (FileNotFoundError, ValueError) as error:
+        raise UsageError(str(error)) from None
 
 
 def run(args, predictor):
@@ -162,7 +173,8 @@ def _execute(args, predictor, inputs, categories):
 
 
 def main(argv=None):
-    """The command line: parse, check, build the model (a Detectron .pkl is ported on load), run."""
+    """The command line: parse; check the config, the inputs, the weights and the classes, each once and before
+    the model is built; build it from them (a Detectron .pkl is ported on load); run."""
     args = parse_args(argv)
     try:
         if args.zoo is not None:
@@ -171,15 +183,16 @@ def main(argv=None):
             args.cfg, args.weights = ported_zoo_files(args.zoo)
         cfg = load_config(args.cfg, args.opts)
         check_supported(cfg, "inference")  # before the weights: a refused key is the config's problem
-        args.weights = resolve_weights(args.weights, cfg.DOWNLOAD_CACHE)  # a URL: the checked download
-        inputs, categories = check_usage(args, cfg, read_model_categories(args.weights))
-        args.weights = weights_file(args.weights).path  # after the inputs: a missing or unknown file, one line
+        inputs = check_inputs(args, cfg)  # before the weights: a download is slow
+        weights = weights_file(args.weights, cfg.DOWNLOAD_CACHE)  # a URL: the checked download; else one line
+        categories = check_categories(args, cfg, read_model_categories(weights.path))
     except (UsageError, OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    args.weights = weights.path
     freeze_imports()
     try:
-        predictor = Predictor(cfg, args.weights)
+        predictor = Predictor.from_checked(cfg, weights, categories)
     except ConfigError as error:  # a config value the model cannot be built with
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -5,7 +5,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfdet.config import Config, check_supported, load_config
-from tfdet.data.model_labels import weights_categories
+from tfdet.data.coco_classes import model_categories
+from tfdet.data.model_labels import read_model_categories
 from tfdet.graph_options import cpu_graph_options
 from tfdet.layers import placeholder_initialization
 from tfdet.mask_paste import paste_masks
@@ -19,22 +20,44 @@ class Predictor:
     """Runs a generalized R-CNN on images given as H x W x 3 uint8 BGR arrays (as cv2.imread gives).
 
     `cfg` is a Config or a path to a Detectron YAML; `weights` a `.weights.h5` file of ours, a
-    Detectron `.pkl` (ported on the fly), or None for the builder's random initialisation.
+    Detectron `.pkl` (ported on the fly), a Detectron URL or `catalog://` name (downloaded and md5-checked), or
+    None for the builder's random initialisation. Each is checked here, once: the config's keys
+    (`check_supported(cfg, "inference")`), the weights file (`tfdet.weights_file.weights_file`: a missing or
+    unknown file is one FileNotFoundError line, before anything is built) and the classes it stores.
     `categories` (a `tfdet.data.coco_classes.ModelCategories`) says what its class ids mean: the classes
     stored in the weights file, else COCO's for 81 classes, else the ids (`model_categories`).
+
+    A command that has checked these itself (to report a problem before a slow step, in its own order) hands
+    them over with `Predictor.from_checked`, which checks nothing again.
     """
 
     def __init__(self, cfg, weights=None):
-        self.cfg = cfg if isinstance(cfg, Config) else load_config(cfg)
-        check_supported(self.cfg, "inference")  # a key tfdet does not implement is refused, never ignored
+        cfg = cfg if isinstance(cfg, Config) else load_config(cfg)
+        check_supported(cfg, "inference")  # a key tfdet does not implement is refused, never ignored
+        source = None if weights is None else weights_file(weights, cfg.DOWNLOAD_CACHE)
+        stored = None if source is None else read_model_categories(source.path)
+        self._build(cfg, source, model_categories(cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON, stored=stored))
+
+    @classmethod
+    def from_checked(cls, cfg, weights, categories):
+        """A Predictor of inputs its caller has already checked, each once: `cfg` a Config that passed
+        `check_supported(cfg, "inference")`, `weights` a `tfdet.weights_file.WeightsFile` (a local file of a
+        known kind; a URL already downloaded) or None, `categories` the ModelCategories its class ids mean
+        (`model_categories` of the classes the weights store and of the dataset json the command was given)."""
+        predictor = cls.__new__(cls)
+        predictor._build(cfg, weights, categories)
+        return predictor
+
+    def _build(self, cfg, weights, categories):
+        """Build the model of `cfg`, load `weights` (a WeightsFile or None) into it and trace its call."""
+        self.cfg = cfg
         if weights is None:
             self.model = build_model(self.cfg)
         else:
-            weights = weights_file(weights, self.cfg.DOWNLOAD_CACHE).path  # checked once; the classes come from it too
             with placeholder_initialization():  # every weight comes from the file
                 self.model = build_model(self.cfg)
             load_weights(self.model, self.cfg, weights)
-        self.categories = weights_categories(self.cfg.MODEL.NUM_CLASSES, self.cfg.MODEL.KEYPOINTS_ON, weights)
+        self.categories = categories
         self._run = tf.function(
             self.model,
             input_signature=[

@@ -67,8 +67,9 @@ def load_detectron_pickle(model, cfg, path, **options):
 
 
 def load_weights(model, cfg, weights):
-    """Load `weights` (any `weights_file` argument but a checkpoint) into the inference `model` of `cfg`."""
-    source = weights_file(weights, cfg.DOWNLOAD_CACHE)
+    """Load `weights` into the inference `model` of `cfg`: a WeightsFile already resolved (checked nothing
+    again), or any `weights_file` argument but a checkpoint (resolved here)."""
+    source = weights if isinstance(weights, WeightsFile) else weights_file(weights, cfg.DOWNLOAD_CACHE)
     if source.kind == DETECTRON_PICKLE:
         load_detectron_pickle(model, cfg, source.path)
     else:
