@@ -26,9 +26,9 @@ def load_model_for_export(cfg, weights, dataset_json=None):
     from tfdet.layers import placeholder_initialization
     from tfdet.modeling import build_model
 
-    path = weights_file(weights, cfg.DOWNLOAD_CACHE).path  # a URL or catalog:// name: the checked download
-    categories = weights_categories(cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON, path, dataset_json)
+    source = weights_file(weights, cfg.DOWNLOAD_CACHE)  # a URL or catalog:// name: the checked download
+    categories = weights_categories(cfg.MODEL.NUM_CLASSES, cfg.MODEL.KEYPOINTS_ON, source.path, dataset_json)
     with placeholder_initialization():  # every weight comes from the file
         model = build_model(cfg)
-    load_weights(model, cfg, path)
+    load_weights(model, cfg, source)  # resolved above: checked once
     return model, categories

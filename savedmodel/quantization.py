@@ -6,6 +6,8 @@ activation ranges are the min / max seen on the calibration images, prepared as 
 Everything else (box decoding, NMS, RoIAlign's gathers, the outputs) stays float32.
 """
 
+import logging
+
 import numpy as np
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
@@ -18,17 +20,22 @@ QUANTIZED_OPS = ("Conv", "MatMul", "Gemm")
 def quantize_onnx(source, target, image_paths, metadata):
     """Write the int8 model of ONNX file `source` to `target`, calibrated on `image_paths` (read with
     `tfdet.image_io.read_image`, prepared with the export's `metadata` values)."""
-    quantize_static(
-        str(source),
-        str(target),
-        _CalibrationImages(image_paths, metadata),
-        quant_format=QuantFormat.QDQ,
-        op_types_to_quantize=list(QUANTIZED_OPS),
-        per_channel=True,
-        activation_type=QuantType.QUInt8,
-        weight_type=QuantType.QInt8,
-        extra_options={"EnableSubgraph": True},
-    )
+    # The quantizer logs advice on Python's root logger (pre-processing the model first): kept off the terminal.
+    logging.disable(logging.WARNING)
+    try:
+        quantize_static(
+            str(source),
+            str(target),
+            _CalibrationImages(image_paths, metadata),
+            quant_format=QuantFormat.QDQ,
+            op_types_to_quantize=list(QUANTIZED_OPS),
+            per_channel=True,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            extra_options={"EnableSubgraph": True},
+        )
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 class _CalibrationImages(CalibrationDataReader):
