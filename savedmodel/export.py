@@ -30,7 +30,7 @@ from savedmodel.label_map import LABELS_FILE
 from savedmodel.loaded_model import check_exportable, load_model_for_export
 from savedmodel.outputs import MASK_FORMATS
 from savedmodel.runtime_export import FORMATS as RUNTIME_FORMATS
-from savedmodel.runtime_export import NOT_YET, PRECISIONS, check_format, export_for_runtime
+from savedmodel.runtime_export import PRECISIONS, check_format, export_for_runtime
 from tfdet.console import add_verbose_flag
 
 
@@ -127,12 +127,12 @@ def _parse(argv):
     parser.add_argument(
         "--out", required=True,
         help="BASE/NAME/VERSION, VERSION an integer (a SavedModel); a .onnx file for --format onnx, a .xml file "
-        "(beside it the .bin) for --format openvino",
+        "(beside it the .bin) for --format openvino, a .tflite file for --format litert",
     )  # fmt: skip
     parser.add_argument(
-        "--format", default="savedmodel", choices=("savedmodel", *RUNTIME_FORMATS, *NOT_YET),
+        "--format", default="savedmodel", choices=("savedmodel", *RUNTIME_FORMATS),
         help="savedmodel (TF Serving's layout, default); onnx (standard opset, for ONNX Runtime); openvino (IR); "
-        "the class names inside each (litert is refused for now, saying why)",
+        "litert (.tflite of builtin operators); the class names inside each",
     )  # fmt: skip
     precisions = sorted({p for values in PRECISIONS.values() for p in values})
     parser.add_argument(

@@ -1,8 +1,9 @@
 """python -m savedmodel.run: detections of an exported model with only its runtime, NumPy and OpenCV.
 
-    python -m savedmodel.run --model model.onnx|model.xml --input IMAGE|FOLDER|GLOB [--output DIR]
+    python -m savedmodel.run --model model.onnx|model.xml|model.tflite --input IMAGE|FOLDER|GLOB [--output DIR]
 
-The runtime is chosen by the model file (`.onnx`: ONNX Runtime, `.xml`: OpenVINO; see `savedmodel.runtimes`),
+The runtime is chosen by the model file (`.onnx`: ONNX Runtime, `.xml`: OpenVINO, `.tflite`: LiteRT; see
+`savedmodel.runtimes`),
 in the precision the model was exported for. Images are read as `tfdet.infer` reads them (OpenCV, EXIF
 orientation applied), prepared and finished as the Predictor does, and the same files are written: a picture per image with a detection scoring >= --thresh, `detections.json`
 (COCO results with the model's dataset category ids) and `images.json` (images and named categories).
@@ -19,7 +20,7 @@ from tfdet.image_io import PICTURE_FORMATS, list_inputs
 
 def build_parser():
     parser = argparse.ArgumentParser(prog="python -m savedmodel.run", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, help="exported model: .onnx or .xml (python -m savedmodel.export --format onnx|openvino)")
+    parser.add_argument("--model", required=True, help="exported model: .onnx, .xml or .tflite (python -m savedmodel.export --format onnx|openvino|litert)")
     parser.add_argument("--input", required=True, help="image, folder or glob pattern")
     parser.add_argument("--output", default="run_output", help="output folder (run_output)")
     parser.add_argument("--output-ext", default="png", choices=PICTURE_FORMATS, help="picture format (png)")

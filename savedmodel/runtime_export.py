@@ -6,6 +6,8 @@
 - openvino: OpenVINO's TensorFlow reader converts the graph to IR (model.xml + model.bin, weights kept in
   float32); the metadata goes into the IR's rt_info. `--precision bfloat16|float16`: the runtime's inference
   precision, stored with the model and applied by the runner.
+- litert: TensorFlow's LiteRT converter, builtin operators only (`savedmodel.litert_export`); the metadata in the
+  flatbuffer's metadata list.
 Images of any size go in (dynamic shapes). The files appear complete or not at all (written under temporary
 names, then renamed).
 """
@@ -20,10 +22,9 @@ import tempfile
 from savedmodel.runtimes import METADATA_KEY, model_metadata
 
 ONNX_OPSET = 18
-FORMATS = {"onnx": ".onnx", "openvino": ".xml"}
-NOT_YET = {"litert": "LiteRT has no float64 arithmetic, which tfdet's exact ops use: not exported yet"}
-PRECISIONS = {"onnx": ("float32", "int8"), "openvino": ("float32", "bfloat16", "float16")}
-NEEDS = {"onnx": ("tf2onnx", "onnx"), "openvino": ("openvino",)}
+FORMATS = {"onnx": ".onnx", "openvino": ".xml", "litert": ".tflite"}
+PRECISIONS = {"onnx": ("float32", "int8"), "openvino": ("float32", "bfloat16", "float16"), "litert": ("float32",)}
+NEEDS = {"onnx": ("tf2onnx", "onnx"), "openvino": ("openvino",), "litert": ()}  # LiteRT's converter is TF's
 CALIBRATION_IMAGES = 32
 
 
@@ -33,8 +34,6 @@ class RuntimeExportError(ValueError):
 
 def check_format(fmt, out, precision="float32", calibrate=None):
     """`out` as a Path, checked to suit `fmt` (its file extension) and `precision`, before any model is built."""
-    if fmt in NOT_YET:
-        raise RuntimeExportError(f"--format {fmt}: {NOT_YET[fmt]}")
     out = pathlib.Path(out)
     if out.suffix.lower() != FORMATS[fmt]:
         raise RuntimeExportError(f"--format {fmt} writes a {FORMATS[fmt]} file: --out {out} should end in it")
@@ -79,6 +78,10 @@ def export_for_runtime(cfg, weights, out, fmt, overwrite=False, dataset_json=Non
                 quantize_onnx(work / "model.onnx", work / "model.int8.onnx", calibration, json.loads(metadata))
                 (work / "model.int8.onnx").replace(work / "model.onnx")
             _write_onnx(work / "model.onnx", metadata, out)
+        elif fmt == "litert":
+            from savedmodel.litert_export import convert_to_litert  # it imports this module
+
+            convert_to_litert(saved, out, metadata)
         else:
             _write_openvino(saved, metadata, out)
     return out

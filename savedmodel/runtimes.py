@@ -4,7 +4,7 @@ An export holds the raw detection graph (`savedmodel.runtime_graph`) and a `tfde
 `model_metadata`): the class names and dataset ids (labels.json's content), the preparation and finishing
 values of the config, and the precision the runtime computes in. `ExportedModel.predict` prepares images,
 runs the graph and finishes its detections with the code the Predictor uses, so it returns what
-`Predictor.predict` returns. The runtime is chosen by the file: `.onnx` ONNX Runtime, `.xml` OpenVINO.
+`Predictor.predict` returns. The runtime is chosen by the file: `.onnx` ONNX Runtime, `.xml` OpenVINO, `.tflite` LiteRT.
 """
 
 import json
@@ -19,8 +19,8 @@ from tfdet.preprocessing import as_bgr_image, prepared_inputs
 
 METADATA_KEY = "tfdet"
 METADATA_VERSION = 2
-RUNTIMES = {".onnx": "onnx", ".xml": "openvino"}
-INSTALL = {"onnx": "onnxruntime", "openvino": "openvino"}
+RUNTIMES = {".onnx": "onnx", ".xml": "openvino", ".tflite": "litert"}
+INSTALL = {"onnx": "onnxruntime", "openvino": "openvino", "litert": "ai-edge-litert"}
 # What each runtime computes in, by the export's --precision (float32 unless the export said otherwise).
 OPENVINO_PRECISION_HINTS = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
@@ -202,4 +202,10 @@ def _plain(name):
     return name.split(":")[0]
 
 
-_OPENERS = {"onnx": _open_onnx, "openvino": _open_openvino}
+def _open_litert(path):
+    from savedmodel.litert_runtime import open_litert  # it imports this module: imported when a file needs it
+
+    return open_litert(path)
+
+
+_OPENERS = {"onnx": _open_onnx, "openvino": _open_openvino, "litert": _open_litert}

@@ -47,7 +47,8 @@ def shifted_anchors(cell_anchors, stride, height, width):
     shift_y = tf.cast(tf.range(height), tf.float32) * float(stride)
     grid_y, grid_x = tf.meshgrid(shift_y, shift_x, indexing="ij")
     shifts = tf.stack([grid_x, grid_y, grid_x, grid_y], axis=-1)
-    anchors = shifts[:, :, None, :] + cell_anchors[None, None, :, :]
+    # expand_dims, not [:, :, None]: LiteRT's converter lowers a new-axis slice of at most one unknown dimension.
+    anchors = tf.expand_dims(shifts, 2) + cell_anchors[None, None, :, :]
     return tf.reshape(anchors, [-1, 4])
 
 

@@ -12,8 +12,9 @@ DEFAULT_SCALE_CLIP = math.log(1000.0 / 16.0)
 
 
 def coordinates(boxes):
-    """x1, y1, x2, y2 of (..., 4) boxes: one Unpack op (indexing each costs a StridedSlice and 3 Consts)."""
-    return tf.unstack(boxes, num=4, axis=-1)
+    """x1, y1, x2, y2 of (..., 4) boxes: one Split and four Squeezes (indexing each costs a StridedSlice and 3
+    Consts; LiteRT's Unpack refuses an empty tensor, which an image without boxes gives)."""
+    return [tf.squeeze(column, -1) for column in tf.split(boxes, 4, axis=-1)]
 
 
 def box_widths_heights(boxes):

@@ -18,39 +18,26 @@ import tensorflow as tf
 from tfdet.ops.custom_gradient import custom_gradient
 
 
-def group_norm(x, gamma, beta, groups, epsilon, statistics_dtype=None):
+def group_norm(x, gamma, beta, groups, epsilon):
     """Group-normalise `x` (N, ..., C) over `groups` groups of its last axis; gamma, beta (C,); same dtype as x.
 
-    C (the static last dimension) must be a multiple of `groups`. `statistics_dtype` tf.float64: the mean,
-    variance and 1/std are accumulated in float64 and rounded to x's dtype, the rest as before. A float32
-    mean over a group's thousands of values is off by a few ulps in an order that each runtime's reduction
-    kernel decides, and normalisation divides that error by the group's spread: ONNX Runtime's GroupNorm R-CNN
-    moved boxes by 0.1-0.3 px against TensorFlow's on flat images. In float64 the rounded statistics are
-    the exact ones in every runtime (the inference path; training keeps float32).
+    C (the static last dimension) must be a multiple of `groups`. The statistics are `group_moments`'.
     """
     channels = x.shape[-1]
     if channels is None or channels % groups:
         raise ValueError(f"group_norm needs a static channel count divisible by {groups} groups, got {x.shape}")
     per_group = channels // groups
-    rank = x.shape.rank
-    statistics_axes = [*range(1, rank - 1), rank]  # in the (N, ..., groups, per_group) layout
-    sum_axes = list(range(rank - 1))  # batch and spatial axes of that layout: what gamma and beta see
+    sum_axes = list(range(x.shape.rank - 1))  # batch and spatial axes of the grouped layout: what gamma and beta see
 
     @custom_gradient
     def normalize(x, gamma, beta):
         # Each constant is made once and reused (every Python literal handed to an op becomes a Const op).
-        group_dims = tf.constant([groups, per_group])
-        statistics, sums = tf.constant(statistics_axes), tf.constant(sum_axes)
+        group_dims, sums = tf.constant([groups, per_group]), tf.constant(sum_axes)
         shape = tf.shape(x)
         grouped_shape = tf.concat([shape[:-1], group_dims], axis=0)
         grouped = tf.reshape(x, grouped_shape)
-        # tf.nn.moments' arithmetic (mean, then the mean squared difference from it) without its StopGradient.
-        accumulated = grouped if statistics_dtype is None else tf.cast(grouped, statistics_dtype)
-        mean = tf.reduce_mean(accumulated, statistics, keepdims=True)
-        variance = tf.reduce_mean(tf.math.squared_difference(accumulated, mean), statistics, keepdims=True)
+        mean, variance = group_moments(grouped)
         inv_std = tf.math.rsqrt(variance + epsilon)
-        if statistics_dtype is not None:
-            mean, inv_std = tf.cast(mean, x.dtype), tf.cast(inv_std, x.dtype)
         grouped_gamma = tf.reshape(gamma, group_dims)
         scale = inv_std * grouped_gamma
         y = grouped * scale + (tf.reshape(beta, group_dims) - mean * scale)
@@ -59,11 +46,8 @@ def group_norm(x, gamma, beta, groups, epsilon, statistics_dtype=None):
             dy = tf.reshape(dy, grouped_shape)
             x_hat = (grouped - mean) * inv_std
             d_hat = dy * grouped_gamma
-            dx = inv_std * (
-                d_hat
-                - tf.reduce_mean(d_hat, statistics, keepdims=True)
-                - x_hat * tf.reduce_mean(d_hat * x_hat, statistics, keepdims=True)
-            )
+            lengths = _axis_lengths(grouped)
+            dx = inv_std * (d_hat - _group_mean(d_hat, lengths) - x_hat * _group_mean(d_hat * x_hat, lengths))
             dgamma = tf.reshape(tf.reduce_sum(dy * x_hat, sums), [channels])
             dbeta = tf.reshape(tf.reduce_sum(dy, sums), [channels])
             return tf.reshape(dx, shape), dgamma, dbeta
@@ -71,3 +55,38 @@ def group_norm(x, gamma, beta, groups, epsilon, statistics_dtype=None):
         return tf.reshape(y, shape), gradient
 
     return normalize(x, gamma, beta)
+
+
+def group_moments(grouped):
+    """Mean and variance of `grouped` (N, ..., groups, per_group) over each sample's group (kept dims), in its
+    dtype, compensated: the deviations from a first mean are exact for the values near it, so their mean
+    corrects the first mean to within a small fraction of its rounding, and the variance is their mean square
+    less the square of that correction (the variance about the corrected mean).
+
+    A plain float32 mean over a group's thousands of values is off by a few ulps of the values' offset, in an
+    order that each runtime's reduction kernel decides, and normalisation divides that error by the group's
+    spread (on flat images, boxes of another runtime moved by tenths of a pixel). The compensated mean is the
+    exact one rounded, to a small fraction of an ulp of the spread, in any summation order and with float32
+    arithmetic only (OpenVINO and LiteRT have no float64).
+    """
+    lengths = _axis_lengths(grouped)
+    first = _group_mean(grouped, lengths)
+    deviations = grouped - first
+    correction = _group_mean(deviations, lengths)
+    return first + correction, _group_mean(tf.square(deviations), lengths) - tf.square(correction)
+
+
+def _axis_lengths(grouped):
+    """The length of each axis of `grouped`, in its dtype."""
+    return tf.unstack(tf.cast(tf.shape(grouped), grouped.dtype), num=grouped.shape.rank)
+
+
+def _group_mean(values, lengths):
+    """Mean of (N, ..., groups, per_group) `values` over each sample's group (kept dims), given the `lengths`
+    of its axes: a sum over the group's channels, then over one spatial axis at a time, the last first, each
+    divided by its length. Sums over one axis each are more exact in float32 than one over all (TensorFlow's
+    over axes that are not adjacent also runs several times slower); the divisions between them keep OpenVINO
+    from merging them back into one."""
+    for axis in [-1, *range(values.shape.rank - 3, 0, -1)]:
+        values = tf.reduce_sum(values, axis, keepdims=True) / lengths[axis]
+    return values

@@ -51,8 +51,9 @@ def _self_suppress(tile_boxes, tile_keep, iou_threshold, same_group=None):
     if same_group is not None:
         overlaps = tf.logical_and(overlaps, same_group)
 
+    # expand_dims, not [:, :, None]: LiteRT's converter lowers a new-axis slice of at most one unknown dimension.
     def step(current):
-        suppressed = tf.reduce_any(tf.logical_and(overlaps, current[:, :, None]), axis=1)
+        suppressed = tf.reduce_any(tf.logical_and(overlaps, tf.expand_dims(current, -1)), axis=1)
         return tf.logical_and(tile_keep, tf.logical_not(suppressed))
 
     def body(current, _):
@@ -87,7 +88,7 @@ def greedy_nms_mask(sorted_boxes, valid, iou_threshold, tile_size=DEFAULT_TILE_S
         tile_keep = _self_suppress(tile_boxes, keep[:, start:end], iou_threshold)
         # Only the boxes after the tile can still be suppressed: the IoUs with them alone.
         overlaps = _suppresses(pairwise_iou(tile_boxes, boxes[:, end:]), iou_threshold)
-        suppressed = tf.reduce_any(tf.logical_and(overlaps, tile_keep[:, :, None]), axis=1)
+        suppressed = tf.reduce_any(tf.logical_and(overlaps, tf.expand_dims(tile_keep, -1)), axis=1)
         keep = tf.concat([keep[:, :start], tile_keep, tf.logical_and(keep[:, end:], tf.logical_not(suppressed))], 1)
         return tile + 1, keep
 
@@ -115,7 +116,7 @@ def batched_nms(boxes, scores, iou_threshold, max_output_size, valid=None, tile_
     if valid is None:
         valid = tf.ones_like(scores, dtype=tf.bool)
     num = tf.shape(scores)[1]
-    masked_scores = tf.where(valid, scores, tf.constant(-float("inf"), scores.dtype))
+    masked_scores = mark_missing(valid, scores)
     order = tf.math.top_k(masked_scores, k=num, sorted=True).indices
     sorted_valid = tf.gather(valid, order, batch_dims=1)
     # Only the real candidates take part; trim the columns no row needs.
@@ -142,7 +143,7 @@ def grouped_nms(boxes, scores, groups, valid, iou_threshold, max_output_size, ti
       then the group's own order), padded with 0; num_kept () int32.
     """
     num = tf.shape(scores)[0]
-    by_score = tf.math.top_k(tf.where(valid, scores, -float("inf")), k=num, sorted=True).indices
+    by_score = tf.math.top_k(mark_missing(valid, scores), k=num, sorted=True).indices
     last_group = tf.reduce_max(tf.concat([groups, [0]], axis=0)) + 1  # invalid candidates go after every group
     order = tf.gather(by_score, tf.argsort(tf.gather(tf.where(valid, groups, last_group), by_score), stable=True))
     width = tf.reduce_sum(tf.cast(valid, tf.int32))
@@ -183,18 +184,23 @@ def grouped_nms(boxes, scores, groups, valid, iou_threshold, max_output_size, ti
         (tf.constant(0), keep),
         shape_invariants=(tf.TensorShape([]), tf.TensorShape([None])),
     )
-    kept_scores = tf.where(keep[:width], tf.gather(scores, order), -float("inf"))
+    kept_scores = mark_missing(keep[:width], tf.gather(scores, order))
     best = tf.math.top_k(kept_scores, k=tf.minimum(max_output_size, width), sorted=True)
-    num_kept = tf.reduce_sum(tf.cast(tf.math.is_finite(best.values), tf.int32))
+    num_kept = tf.reduce_sum(tf.cast(is_candidate(best.values), tf.int32))
     indices = tf.where(tf.range(tf.size(best.indices)) < num_kept, tf.gather(order, best.indices), 0)
     return tf.pad(indices, [[0, max_output_size - tf.size(indices)]]), num_kept
 
 
-def where_real(real, values, fill=0.0):
-    """`tf.where(real, values, fill)` for float `values` that are -inf where not `real` (this module's mark of
-    "no candidate"); the same numbers. They are raised to the lowest finite float first: tf2onnx lowers a float
-    select to `real * values + (1 - real) * fill` (Mul and Add), where 0 * -inf would be NaN."""
-    return tf.where(real, tf.maximum(values, values.dtype.min), fill)
+def mark_missing(real, scores):
+    """`scores` where `real`, elsewhere the lowest finite value of their dtype: this module's mark of "no
+    candidate", below every score. Not -inf: LiteRT's converter stores an infinite constant as that finite
+    value, and tf2onnx lowers a float select to `real * values + (1 - real) * fill`, where 0 * -inf is NaN."""
+    return tf.where(real, scores, scores.dtype.min)
+
+
+def is_candidate(scores):
+    """Where `scores` (marked by `mark_missing`) hold a candidate's score."""
+    return scores > scores.dtype.min
 
 
 def _first_kept(order, keep, max_output_size):
@@ -267,7 +273,7 @@ def per_class_nms(boxes, scores, score_threshold, iou_threshold, max_detections,
             kept_boxes, kept_scores, class_boxes, class_scores, valid, voting.threshold, voting.scoring_method
         )
     slot_valid = tf.range(tf.shape(kept_scores)[1])[None, :] < num_kept[:, None]
-    return _best_over_classes(kept_boxes, tf.where(slot_valid, kept_scores, -float("inf")), max_detections)
+    return _best_over_classes(kept_boxes, mark_missing(slot_valid, kept_scores), max_detections)
 
 
 def _first_soft_nms_survivors(class_boxes, class_scores, valid, iou_threshold, soft_nms, limit):
@@ -282,16 +288,16 @@ def _first_soft_nms_survivors(class_boxes, class_scores, valid, iou_threshold, s
 
 
 def _best_over_classes(kept_boxes, kept_scores, max_detections):
-    """The `max_detections` best of every class's survivors ((C-1, L, 4) boxes, (C-1, L) scores, -inf
-    where there is none): boxes, scores, classes, count, zero-padded to max_detections."""
+    """The `max_detections` best of every class's survivors ((C-1, L, 4) boxes, (C-1, L) scores marked
+    by `mark_missing` where there is none): boxes, scores, classes, count, zero-padded to max_detections."""
     per_class = tf.shape(kept_scores)[1]
     num_candidates = tf.size(kept_scores)
     best = tf.math.top_k(tf.reshape(kept_scores, [-1]), k=tf.minimum(max_detections, num_candidates))
-    num_detections = tf.reduce_sum(tf.cast(tf.math.is_finite(best.values), tf.int32))
+    num_detections = tf.reduce_sum(tf.cast(is_candidate(best.values), tf.int32))
     real = tf.range(tf.size(best.values)) < num_detections
     pad = max_detections - tf.size(best.values)
     out_boxes = tf.where(real[:, None], tf.gather(tf.reshape(kept_boxes, [-1, 4]), best.indices), 0.0)
-    out_scores = where_real(real, best.values)
+    out_scores = tf.where(real, best.values, 0.0)
     out_classes = tf.where(real, best.indices // per_class + 1, 0)
     return (
         tf.pad(out_boxes, [[0, pad], [0, 0]]),

@@ -10,7 +10,7 @@ All images and levels go through one batched NMS call.
 import tensorflow as tf
 
 from tfdet.ops.boxes import DEFAULT_SCALE_CLIP, clip_boxes, coordinates, decode_boxes
-from tfdet.ops.nms import batched_nms, where_real
+from tfdet.ops.nms import batched_nms, is_candidate, mark_missing
 
 
 def proposal_keep_mask(boxes, min_size, image_info):
@@ -86,7 +86,9 @@ def generate_proposals(
 
     def padded_row(level_anchors, level_deltas, level_scores):
         """The level's (B, P, 9) anchors, deltas and scores, zero-padded to `width` candidates."""
-        columns = tf.concat([level_anchors, level_deltas, tf.cast(level_scores, level_deltas.dtype)[..., None]], -1)
+        # expand_dims, not [..., None]: LiteRT's converter lowers a new-axis slice of at most one unknown dimension.
+        level_scores = tf.expand_dims(tf.cast(level_scores, level_deltas.dtype), -1)
+        columns = tf.concat([level_anchors, level_deltas, level_scores], -1)
         return tf.pad(columns, [[0, 0], [0, width - tf.shape(columns)[1]], [0, 0]])
 
     rows = tf.concat([padded_row(*c) for c in candidates], axis=0)
@@ -100,7 +102,7 @@ def generate_proposals(
     indices, num_kept = batched_nms(boxes, scores, nms_threshold, post_nms_top_n, valid=valid)
     kept_valid = tf.range(post_nms_top_n)[None, :] < num_kept[:, None]
     kept_boxes = tf.gather(boxes, indices, batch_dims=1)
-    kept_scores = tf.where(kept_valid, tf.gather(scores, indices, batch_dims=1), -float("inf"))
+    kept_scores = mark_missing(kept_valid, tf.gather(scores, indices, batch_dims=1))
     # (L*B, K) -> (B, L*K): all levels' survivors of one image side by side.
     per_image_boxes = tf.reshape(
         tf.transpose(tf.reshape(kept_boxes, [num_levels, batch, post_nms_top_n, 4]), [1, 0, 2, 3]),
@@ -112,10 +114,10 @@ def generate_proposals(
     )
     k = min(final_top_n, num_levels * post_nms_top_n)
     best = tf.math.top_k(per_image_scores, k=k, sorted=True)
-    finite = tf.math.is_finite(best.values)
-    num_valid = tf.reduce_sum(tf.cast(finite, tf.int32), axis=1)
-    out_boxes = tf.where(finite[..., None], tf.gather(per_image_boxes, best.indices, batch_dims=1), 0.0)
-    out_scores = where_real(finite, best.values)
+    found = is_candidate(best.values)
+    num_valid = tf.reduce_sum(tf.cast(found, tf.int32), axis=1)
+    out_boxes = tf.where(found[..., None], tf.gather(per_image_boxes, best.indices, batch_dims=1), 0.0)
+    out_scores = tf.where(found, best.values, 0.0)
     pad = final_top_n - k
     return (
         tf.pad(out_boxes, [[0, 0], [0, pad], [0, 0]]),

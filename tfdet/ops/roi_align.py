@@ -35,6 +35,7 @@ import threading
 
 import tensorflow as tf
 
+from tfdet.ops.boxes import coordinates
 from tfdet.ops.custom_gradient import custom_gradient
 from tfdet.ops.map_fn import map_fn
 
@@ -87,7 +88,7 @@ def _gathered_crops(table, boxes, starts, height, width, crop_size):
     """CropAndResize's crops (R, crop_h, crop_w, C) from pixels `table` (P, C): box r reads the image of
     `height` x `width` pixels (scalars, or (R,) per box) whose pixel (0, 0) is row `starts[r]`."""
     crop_h, crop_w = crop_size
-    y1, x1, y2, x2 = tf.unstack(boxes, axis=1)
+    y1, x1, y2, x2 = coordinates(boxes)
     rows, row_inside = _kernel_positions(y1, y2, crop_h, height)
     cols, col_inside = _kernel_positions(x1, x2, crop_w, width)
     top, left = tf.floor(rows), tf.floor(cols)
