@@ -8,7 +8,7 @@ signature whose inputs take any image size (each call resizes them and allocates
 import os
 import pathlib
 
-from savedmodel.runtimes import METADATA_KEY, ModelFileError, _first_line, _Opened
+from savedmodel.runtimes import METADATA_KEY, ModelFileError, Opened, first_line
 
 SIGNATURE = "serving_default"
 FILE_IDENTIFIER = b"TFL3"
@@ -25,7 +25,7 @@ def read_metadata(content, key=METADATA_KEY):
 
 
 def open_litert(path):
-    """`path` opened by LiteRT's interpreter (the _Opened protocol of `savedmodel.runtimes`); float32 only."""
+    """`path` opened by LiteRT's interpreter (the Opened protocol of `savedmodel.runtimes`); float32 only."""
     litert = _litert("interpreter")
     content = pathlib.Path(path).read_bytes()
     if content[4:8] != FILE_IDENTIFIER:
@@ -34,7 +34,7 @@ def open_litert(path):
         interpreter = litert.Interpreter(model_content=content, num_threads=_cpu_count())
         runner = interpreter.get_signature_runner(SIGNATURE)
     except (ValueError, RuntimeError) as error:
-        raise ModelFileError(f"{path}: LiteRT cannot load it ({_first_line(error)})") from None
+        raise ModelFileError(f"{path}: LiteRT cannot load it ({first_line(error)})") from None
     inputs = list(runner.get_input_details())
 
     def compile(precision):
@@ -46,7 +46,7 @@ def open_litert(path):
 
         return run, precision
 
-    return _Opened(read_metadata(content), compile)
+    return Opened(read_metadata(content), compile)
 
 
 def _litert(module):

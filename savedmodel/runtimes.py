@@ -132,7 +132,7 @@ def _checked_metadata(path, text):
     return metadata
 
 
-class _Opened:
+class Opened:
     """A model file opened by its runtime: its `metadata` text, and `compile(precision)` -> (run, precision
     computed in), run(inputs) -> dict of outputs."""
 
@@ -147,7 +147,7 @@ def _import_runtime(runtime, module):
         raise ModelFileError(f"the {runtime} runtime is not installed: pip install {INSTALL[runtime]}") from None
 
 
-def _first_line(error):
+def first_line(error):
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
@@ -156,7 +156,7 @@ def _open_onnx(path):
     try:
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime raises its own exception types for bad files
-        raise ModelFileError(f"{path}: ONNX Runtime cannot load it ({_first_line(error)})") from None
+        raise ModelFileError(f"{path}: ONNX Runtime cannot load it ({first_line(error)})") from None
     names = [output.name for output in session.get_outputs()]
     inputs = [item.name for item in session.get_inputs()]
 
@@ -166,7 +166,7 @@ def _open_onnx(path):
 
         return run, precision
 
-    return _Opened(session.get_modelmeta().custom_metadata_map.get(METADATA_KEY), compile)
+    return Opened(session.get_modelmeta().custom_metadata_map.get(METADATA_KEY), compile)
 
 
 def _open_openvino(path):
@@ -175,7 +175,7 @@ def _open_openvino(path):
     try:
         model = core.read_model(str(path))
     except Exception as error:  # OpenVINO raises RuntimeError subclasses of its own
-        raise ModelFileError(f"{path}: OpenVINO cannot read it ({_first_line(error)})") from None
+        raise ModelFileError(f"{path}: OpenVINO cannot read it ({first_line(error)})") from None
     metadata = model.get_rt_info([METADATA_KEY]).astype(str) if model.has_rt_info([METADATA_KEY]) else None
 
     def compile(precision):
@@ -194,7 +194,7 @@ def _open_openvino(path):
         computed = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
         return run, {hint: name for name, hint in OPENVINO_PRECISION_HINTS.items()}.get(computed, computed)
 
-    return _Opened(metadata, compile)
+    return Opened(metadata, compile)
 
 
 def _plain(name):
