@@ -9,8 +9,7 @@ import pathlib
 
 import numpy as np
 
-from savedmodel.runtime_export import RuntimeExportError
-from savedmodel.runtimes import METADATA_KEY
+from savedmodel.runtime_files import METADATA_KEY, RuntimeExportError
 
 
 def convert_to_litert(saved_model_dir, out_path, metadata_json):

@@ -8,7 +8,7 @@ signature whose inputs take any image size (each call resizes them and allocates
 import os
 import pathlib
 
-from savedmodel.runtimes import METADATA_KEY, ModelFileError, Opened, first_line
+from savedmodel.runtime_files import METADATA_KEY, ModelFileError, Opened, first_line
 
 SIGNATURE = "serving_default"
 FILE_IDENTIFIER = b"TFL3"
@@ -25,7 +25,7 @@ def read_metadata(content, key=METADATA_KEY):
 
 
 def open_litert(path):
-    """`path` opened by LiteRT's interpreter (the Opened protocol of `savedmodel.runtimes`); float32 only."""
+    """`path` opened by LiteRT's interpreter (`savedmodel.runtime_files.Opened`); float32 only."""
     litert = _litert("interpreter")
     content = pathlib.Path(path).read_bytes()
     if content[4:8] != FILE_IDENTIFIER:

@@ -19,17 +19,15 @@ import subprocess
 import sys
 import tempfile
 
-from savedmodel.runtimes import METADATA_KEY, model_metadata
+from savedmodel.litert_export import convert_to_litert
+from savedmodel.runtime_files import METADATA_KEY, RuntimeExportError
+from savedmodel.runtimes import model_metadata
 
 ONNX_OPSET = 18
 FORMATS = {"onnx": ".onnx", "openvino": ".xml", "litert": ".tflite"}
 PRECISIONS = {"onnx": ("float32", "int8"), "openvino": ("float32", "bfloat16", "float16"), "litert": ("float32",)}
 NEEDS = {"onnx": ("tf2onnx", "onnx"), "openvino": ("openvino",), "litert": ()}  # LiteRT's converter is TF's
 CALIBRATION_IMAGES = 32
-
-
-class RuntimeExportError(ValueError):
-    """An export to another runtime that cannot proceed, in one line."""
 
 
 def check_format(fmt, out, precision="float32", calibrate=None):
@@ -79,8 +77,6 @@ def export_for_runtime(cfg, weights, out, fmt, overwrite=False, dataset_json=Non
                 (work / "model.int8.onnx").replace(work / "model.onnx")
             _write_onnx(work / "model.onnx", metadata, out)
         elif fmt == "litert":
-            from savedmodel.litert_export import convert_to_litert  # it imports this module
-
             convert_to_litert(saved, out, metadata)
         else:
             _write_openvino(saved, metadata, out)

@@ -12,21 +12,18 @@ import pathlib
 
 import numpy as np
 
+from savedmodel.litert_runtime import open_litert
+from savedmodel.runtime_files import METADATA_KEY, ModelFileError, Opened, first_line
 from tfdet.data.coco_classes import ModelCategories
 from tfdet.keypoint_decoding import heatmaps_to_keypoints
 from tfdet.mask_paste import paste_masks
 from tfdet.preprocessing import as_bgr_image, prepared_inputs
 
-METADATA_KEY = "tfdet"
 METADATA_VERSION = 2
 RUNTIMES = {".onnx": "onnx", ".xml": "openvino", ".tflite": "litert"}
 INSTALL = {"onnx": "onnxruntime", "openvino": "openvino", "litert": "ai-edge-litert"}
 # What each runtime computes in, by the export's --precision (float32 unless the export said otherwise).
 OPENVINO_PRECISION_HINTS = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
-
-
-class ModelFileError(ValueError):
-    """A model file the runner cannot use, in one line naming it."""
 
 
 def model_metadata(categories, cfg, stride, precision="float32"):
@@ -132,23 +129,11 @@ def _checked_metadata(path, text):
     return metadata
 
 
-class Opened:
-    """A model file opened by its runtime: its `metadata` text, and `compile(precision)` -> (run, precision
-    computed in), run(inputs) -> dict of outputs."""
-
-    def __init__(self, metadata, compile):
-        self.metadata, self.compile = metadata, compile
-
-
 def _import_runtime(runtime, module):
     try:
         return __import__(module, fromlist=["_"])
     except ImportError:
         raise ModelFileError(f"the {runtime} runtime is not installed: pip install {INSTALL[runtime]}") from None
-
-
-def first_line(error):
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def _open_onnx(path):
@@ -202,10 +187,4 @@ def _plain(name):
     return name.split(":")[0]
 
 
-def _open_litert(path):
-    from savedmodel.litert_runtime import open_litert  # it imports this module: imported when a file needs it
-
-    return open_litert(path)
-
-
-_OPENERS = {"onnx": _open_onnx, "openvino": _open_openvino, "litert": _open_litert}
+_OPENERS = {"onnx": _open_onnx, "openvino": _open_openvino, "litert": open_litert}

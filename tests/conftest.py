@@ -1,17 +1,14 @@
-"""Shared test fixtures: locating ../shared from the repository root; the longest modules first; the CPU
-split into logical devices for the strategy and device-map tests; the collected session moved out of Python's
-garbage collector."""
+"""pytest's hooks and shared fixtures: the longest modules first; the CPU split into logical devices for the
+strategy and device-map tests; the collected session moved out of Python's garbage collector; each test's own
+collective keys and seeded `rng`. Functions and constants the tests import live in tests/support/ (no test
+imports this module)."""
 
 import gc
 import itertools
-import pathlib
 
 import pytest
 
 from tfdet.startup import freeze_imports
-
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-SHARED_DIR = REPO_ROOT.parent / "shared"
 
 # Test modules by their duration on the 2-core CI machine, longest first (the others take under 4 s; measured
 # with --durations=0 on the full suite).
@@ -98,17 +95,6 @@ def pytest_collection_finish(session):
     process and 42 CPU-seconds of the suite's ~690 with Python's thresholds (700, 10, 10))."""
     freeze_imports()
     gc.set_threshold(*GC_THRESHOLDS)
-
-
-def shared_path(*parts: str) -> pathlib.Path:
-    """Path under ../shared; fails (never skips) with a clear message when it is absent."""
-    path = SHARED_DIR.joinpath(*parts)
-    if not path.exists():
-        pytest.fail(
-            f"{path} is missing: tests expect the project's shared/ folder beside the repository "
-            f"root ({SHARED_DIR}); CI always provides it."
-        )
-    return path
 
 
 @pytest.fixture

@@ -3,15 +3,28 @@ Detectron blob inventories, output strides and freezing.
 
 Numeric tests draw Caffe2-layout weights (OIHW, AffineChannel scales in [0.5, 1.5]), load them
 with detectron_names' `to_keras` (the porting rule) and compare the float32 Keras output with a
-float64 NCHW reference. Error measure: max |keras - reference| / max |reference|.
+float64 NCHW reference (support/numpy_backbones.py). Error measure: max |keras - reference| / max |reference|.
+The blob inventories' rules are support/detectron_fixtures.py's.
 """
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import shared_path
 
+from support.detectron_fixtures import expected_fpn_blobs, expected_resnet_blobs
+from support.numpy_backbones import (
+    FPN_STAGES,
+    np_affine,
+    np_bottleneck_block,
+    np_conv,
+    np_conv_norm,
+    np_fpn,
+    np_max_pool,
+    np_relu,
+    relative_error,
+)
+from support.paths import shared_path
 from tfdet.config import load_config
 from tfdet.layers import AffineChannel, CaffeConv2D, placeholder_initialization
 from tfdet.modeling.backbones import add_fpn, add_residual_block
@@ -22,95 +35,6 @@ from tfdet.modeling.registry import BODIES, UnknownNameError
 
 TOLERANCE = 1e-4
 BATCH = 2
-
-# ---------------------------------------------------------------------------------------------
-# float64 NCHW reference, from the Caffe2 op definitions
-# ---------------------------------------------------------------------------------------------
-
-
-def strided_window(x, top, left, stride, out_h, out_w):
-    """The (out_h, out_w) samples of x[..., top + stride * i, left + stride * j]."""
-    return x[:, :, top : top + stride * (out_h - 1) + 1 : stride, left : left + stride * (out_w - 1) + 1 : stride]
-
-
-def np_conv(x, w, b=None, stride=1, pad=0, dilation=1, groups=1):
-    """Caffe2 Conv: zero padding `pad` on every side, floor output size, weights (O, I/groups, kh, kw)."""
-    height, width = x.shape[2:]
-    out_channels, group_in, kh, kw = w.shape
-    group_out = out_channels // groups
-    padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    out_h = (height + 2 * pad - dilation * (kh - 1) - 1) // stride + 1
-    out_w = (width + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
-    out = np.zeros((x.shape[0], out_channels, out_h, out_w))
-    for g in range(groups):
-        x_g = padded[:, g * group_in : (g + 1) * group_in]
-        w_g = w[g * group_out : (g + 1) * group_out]
-        for i in range(kh):
-            for j in range(kw):
-                patch = strided_window(x_g, i * dilation, j * dilation, stride, out_h, out_w)
-                out[:, g * group_out : (g + 1) * group_out] += np.einsum(
-                    "nchw,oc->nohw", patch, w_g[:, :, i, j], optimize=True
-                )
-    return out if b is None else out + b[None, :, None, None]
-
-
-def np_affine(x, scale, bias):
-    """Caffe2 AffineChannel: x * scale + bias per channel."""
-    return x * scale[None, :, None, None] + bias[None, :, None, None]
-
-
-def np_group_norm(x, gamma, beta, groups, eps):
-    """Caffe2 GroupNorm: per sample and group, statistics over (C/G, H, W); eps inside the sqrt."""
-    n, c, h, w = x.shape
-    grouped = x.reshape(n, groups, c // groups, h, w)
-    mean = grouped.mean(axis=(2, 3, 4), keepdims=True)
-    var = ((grouped - mean) ** 2).mean(axis=(2, 3, 4), keepdims=True)
-    return np_affine(((grouped - mean) / np.sqrt(var + eps)).reshape(n, c, h, w), gamma, beta)
-
-
-def np_max_pool(x, kernel, stride, pad):
-    """Caffe2 MaxPool: -inf padding, floor output size."""
-    height, width = x.shape[2:]
-    padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=-np.inf)
-    out_h = (height + 2 * pad - kernel) // stride + 1
-    out_w = (width + 2 * pad - kernel) // stride + 1
-    out = np.full(x.shape[:2] + (out_h, out_w), -np.inf)
-    for i in range(kernel):
-        for j in range(kernel):
-            out = np.maximum(out, strided_window(padded, i, j, stride, out_h, out_w))
-    return out
-
-
-def np_upsample_nearest_2x(x):
-    """Caffe2 UpsampleNearest(scale=2): every pixel repeated 2x2."""
-    return x.repeat(2, axis=2).repeat(2, axis=3)
-
-
-def np_relu(x):
-    return np.maximum(x, 0.0)
-
-
-def np_conv_norm(x, blobs, name, norm, gn_groups=None, eps=1e-5, **conv_args):
-    """Detectron's ConvAffine (`_bn`) or ConvGN (`_gn`): a bias-free conv and its normalisation."""
-    y = np_conv(x, blobs[f"{name}_w"], **conv_args)
-    if norm == "bn":
-        return np_affine(y, blobs[f"{name}_bn_s"], blobs[f"{name}_bn_b"])
-    return np_group_norm(y, blobs[f"{name}_gn_s"], blobs[f"{name}_gn_b"], gn_groups(y.shape[1]), eps)
-
-
-def np_bottleneck_block(x, blobs, prefix, stride, stride_1x1, groups, dilation, norm, gn_groups=None):
-    """Detectron's residual block: 1x1, 3x3 (grouped, dilated), 1x1 + shortcut, ReLU after the sum."""
-
-    def branch(x, name, **conv_args):
-        return np_conv_norm(x, blobs, f"{prefix}_{name}", norm, gn_groups, **conv_args)
-
-    stride_a, stride_b = (stride, 1) if stride_1x1 else (1, stride)
-    y = np_relu(branch(x, "branch2a", stride=stride_a))
-    y = np_relu(branch(y, "branch2b", stride=stride_b, pad=dilation, dilation=dilation, groups=groups))
-    y = branch(y, "branch2c")
-    shortcut = branch(x, "branch1", stride=stride) if f"{prefix}_branch1_w" in blobs else x
-    return np_relu(y + shortcut)
-
 
 # ---------------------------------------------------------------------------------------------
 # helpers
@@ -132,10 +56,6 @@ def load_random_caffe2_weights(model, rng):
         variable.assign(to_keras(value))
         blobs[name] = value.astype(np.float64)
     return blobs
-
-
-def relative_error(actual, expected):
-    return float(np.max(np.abs(actual - expected)) / np.max(np.abs(expected)))
 
 
 def to_nchw(x):
@@ -225,13 +145,6 @@ def test_stem_matches_caffe2_reference(rng, stem):
     assert relative_error(actual, expected) < TOLERANCE
 
 
-# level: (stage blob, channels, (height, width)) of small stand-ins for C2..C5
-FPN_STAGES = {
-    5: ("res5_2_sum", 14, (2, 3)),
-    4: ("res4_5_sum", 12, (4, 6)),
-    3: ("res3_3_sum", 10, (8, 12)),
-    2: ("res2_2_sum", 6, (16, 24)),
-}
 FPN_BOTH_MULTILEVEL = ("FPN.DIM", "8", "FPN.MULTILEVEL_RPN", "True", "FPN.MULTILEVEL_ROIS", "True")
 FPN_CASES = {
     "p6_subsampled": FPN_BOTH_MULTILEVEL,
@@ -241,29 +154,6 @@ FPN_CASES = {
         "FPN.RPN_MIN_LEVEL", "3", "FPN.RPN_MAX_LEVEL", "7",
     ),
 }  # fmt: skip
-
-
-def np_fpn(stages, blobs, cfg):
-    """Detectron's add_fpn on NCHW stage outputs {level: array}: top-down, 3x3 outputs, P6 / P6-P7."""
-    gn = cfg.FPN.USE_GN
-    min_level = 3 if cfg.FPN.EXTRA_CONV_LEVELS else 2
-
-    def fpn_conv(x, name, pad=0):
-        if gn:
-            return np_conv_norm(x, blobs, name, "gn", lambda c: 2, pad=pad)
-        return np_conv(x, blobs[f"{name}_w"], blobs[f"{name}_b"], pad=pad)
-
-    inner = {5: fpn_conv(stages[5], "fpn_inner_res5_2_sum")}
-    for level in range(4, min_level - 1, -1):
-        blob = FPN_STAGES[level][0]
-        inner[level] = fpn_conv(stages[level], f"fpn_inner_{blob}_lateral") + np_upsample_nearest_2x(inner[level + 1])
-    outputs = {level: fpn_conv(inner[level], f"fpn_{FPN_STAGES[level][0]}", pad=1) for level in inner}
-    if cfg.FPN.EXTRA_CONV_LEVELS:
-        outputs[6] = np_conv(stages[5], blobs["fpn_6_w"], blobs["fpn_6_b"], stride=2, pad=1)
-        outputs[7] = np_conv(np_relu(outputs[6]), blobs["fpn_7_w"], blobs["fpn_7_b"], stride=2, pad=1)
-    else:
-        outputs[6] = np_max_pool(outputs[5], kernel=1, stride=2, pad=0)
-    return outputs
 
 
 @pytest.mark.parametrize("case", list(FPN_CASES))
@@ -324,44 +214,6 @@ DOCUMENTED_BODY_COUNTS = {
     "X-101-64x4d-FPN": (312, 81.41),
     "X-152-32x8d-FPN": (465, 120.32),
 }
-
-
-def expected_resnet_blobs(block_counts, groups, width, norm):
-    """Blob -> shape from §2.1's rules: stem, then per block branch2a/2b/2c (+ branch1 when dims change)."""
-    stem_norm = "res_conv1_bn" if norm == "bn" else "conv1_gn"
-    blobs = {"conv1_w": (64, 3, 7, 7), f"{stem_norm}_s": (64,), f"{stem_norm}_b": (64,)}
-    dim_in = 64
-    for stage, num_blocks in enumerate(block_counts, start=2):
-        inner, out = groups * width * 2 ** (stage - 2), 256 * 2 ** (stage - 2)
-        for index in range(num_blocks):
-            convs = {
-                "branch2a": (inner, dim_in, 1, 1),
-                "branch2b": (inner, inner // groups, 3, 3),
-                "branch2c": (out, inner, 1, 1),
-            }
-            if dim_in != out:
-                convs["branch1"] = (out, dim_in, 1, 1)
-            for branch, shape in convs.items():
-                prefix = f"res{stage}_{index}_{branch}"
-                blobs.update({f"{prefix}_w": shape, f"{prefix}_{norm}_s": shape[:1], f"{prefix}_{norm}_b": shape[:1]})
-            dim_in = out
-    return blobs
-
-
-def expected_fpn_blobs(stage_sums, norm, dim=256):
-    """Blob -> shape from §2.3: inner 1x1 (top) / lateral 1x1, 3x3 outputs; biases, or `_gn` when GN."""
-    lateral_dims = dict(zip(stage_sums, (2048, 1024, 512, 256)))
-    convs = {}
-    for index, blob in enumerate(stage_sums):
-        inner = f"fpn_inner_{blob}" if index == 0 else f"fpn_inner_{blob}_lateral"
-        convs[inner] = (dim, lateral_dims[blob], 1, 1)
-        convs[f"fpn_{blob}"] = (dim, dim, 3, 3)
-    blobs = {}
-    for name, shape in convs.items():
-        blobs[f"{name}_w"] = shape
-        extra = ("_gn_s", "_gn_b") if norm == "gn" else ("_b",)
-        blobs.update({f"{name}{suffix}": (dim,) for suffix in extra})
-    return blobs
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-import numpy_reference as ref
+from support import numpy_reference as ref
 from tfdet.ops import boxes as box_ops
 
 

@@ -17,12 +17,12 @@ import tfdet.evaluate
 import tfdet.infer
 import tfdet.inference
 import tfdet.weights_file
-from http_mirror import detectron_mirror  # noqa: F401 (fixture)
+from support.http_mirror import detectron_mirror  # noqa: F401 (fixture)
+from support.training_fixtures import TINY_CONFIG, tiny_cfg
 from tfdet.data import shapes
 from tfdet.data.coco_classes import model_categories
 from tfdet.modeling import build_model
 from tfdet.weights_file import KERAS_WEIGHTS, WeightsFile
-from training_fixtures import TINY_CONFIG, tiny_cfg
 
 SMALL = ["TEST.SCALE", "64", "TEST.MAX_SIZE", "64", "TEST.DETECTIONS_PER_IM", "5"]
 WEIGHTS_PATH = "tiny/model_final.weights.h5"  # below the mirror's base

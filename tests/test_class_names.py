@@ -20,7 +20,8 @@ from pycocotools.coco import COCO
 
 from porting.__main__ import main as porting_main
 from porting.detectron_writer import model_to_blobs, write_detectron_pkl
-from savedmodel_fixtures import SHAPES_CATEGORIES, TINY_TEST, TinyModel, shapes_val_images
+from support.savedmodel_fixtures import SHAPES_CATEGORIES, TINY_TEST, TinyModel, shapes_val_images
+from support.training_fixtures import TINY_CONFIG
 from tfdet import detection_writer, evaluate, infer
 from tfdet.config import load_config
 from tfdet.data import shapes
@@ -35,7 +36,6 @@ from tfdet.data.model_labels import (
 from tfdet.data.roidb import load_coco_roidb
 from tfdet.engine.weights import export_final_weights
 from tfdet.modeling import build_model
-from training_fixtures import TINY_CONFIG
 
 # Non-contiguous dataset ids, not those of the shapes json (1..3): contiguous class c is json id OWN_IDS[c].
 OWN_IDS = (0, 3, 7, 12)

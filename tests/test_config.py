@@ -7,8 +7,8 @@ import sys
 import warnings
 
 import pytest
-from conftest import REPO_ROOT, shared_path
 
+from support.paths import REPO_ROOT, shared_path
 from tfdet.config import (
     Config,
     ConfigError,

@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT, shared_path
+from support.paths import REPO_ROOT, shared_path
 from tfdet.config import ConfigError, check_supported, load_config
 from tfdet.config.defaults import DEFAULTS
 from tfdet.data.coco_classes import model_categories

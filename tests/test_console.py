@@ -6,8 +6,8 @@ import os
 import subprocess
 import sys
 
-from child_processes import native_log_records
-from conftest import REPO_ROOT, shared_path
+from support.child_processes import native_log_records
+from support.paths import REPO_ROOT, shared_path
 from tfdet.console import parse_args_with_overrides
 
 # A child that quiets (or not), runs TensorFlow on a graph whose Grappler pass logs (CropAndResize with an

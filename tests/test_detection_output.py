@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-import numpy_reference as ref
-from test_nms import clustered_boxes, detectron_detections
+from support import numpy_reference as ref
+from support.numpy_reference import clustered_boxes, detectron_detections
 from tfdet.layers.detection_output import DetectionOutput
 
 WEIGHTS = (10.0, 10.0, 5.0, 5.0)

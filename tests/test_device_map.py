@@ -8,16 +8,15 @@ import warnings
 
 import numpy as np
 import pytest
-from training_fixtures import (
-    AFFINE_BODY,
-    ONE_SAMPLE_ROI_ALIGN,
+
+from support.training_fixtures import (
+    SMALL_GRAPH,
     first_batch,
     functions_run_eagerly,
     shapes_images,
     shapes_roidb,
     tiny_cfg,
 )
-
 from tfdet.config import ConfigError, load_config
 from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
@@ -26,14 +25,11 @@ from tfdet.modeling.device_map import PARTS, apply_device_map, layer_devices, le
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 ZOO = REPO_ROOT.parent / "shared" / "detectron" / "configs" / "12_2017_baselines"
-# The tiny config without keypoints, GroupNorm (AffineChannel and plain convs instead) and with 1x1 RoIAlign
-# grids: a graph a third the size, traced faster.
-SMALL = ("MODEL.KEYPOINTS_ON", "False", *ONE_SAMPLE_ROI_ALIGN, *AFFINE_BODY)
 # The models of the traced steps (tracing and first running a step costs in proportion to its ops): a Faster
 # R-CNN for the single-device steps and the inference model (a RoI head mapped: RoIAlign and its custom gradient cross
 # devices), an RPN-only model for the mirrored step (half the Faster R-CNN's ops; any mapped part shows the
 # replicas' shift).
-FASTER_RCNN = (*SMALL, "MODEL.MASK_ON", "False")
+FASTER_RCNN = (*SMALL_GRAPH, "MODEL.MASK_ON", "False")
 RPN_ONLY = (*FASTER_RCNN, "MODEL.RPN_ONLY", "True", "MODEL.FASTER_RCNN", "False")
 MAP = "{res5: /CPU:1, box_head: CPU:1}"
 MAPPED_PARTS = {"res5", "box_head"}
@@ -79,7 +75,7 @@ def test_c4_box_head_takes_the_roi_res5_stage_unless_res5_is_mapped():
 
 @pytest.fixture(scope="module")
 def tiny_model():
-    return build_model(tiny_cfg(*SMALL))
+    return build_model(tiny_cfg(*SMALL_GRAPH))
 
 
 @pytest.mark.parametrize("device_map, message", [

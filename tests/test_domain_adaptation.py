@@ -10,8 +10,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from training_fixtures import REPO_ROOT, shapes_roidb
 
+from support.paths import REPO_ROOT
+from support.training_fixtures import shapes_roidb
 from tfdet.config import load_config
 from tfdet.data import catalog, shapes
 from tfdet.data.domain_pipeline import build_domain_dataset, target_image_records, target_roidb

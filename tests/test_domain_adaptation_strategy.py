@@ -9,10 +9,11 @@ import pathlib
 import numpy as np
 import pytest
 import tensorflow as tf
-from child_processes import free_ports, run_in_children
-from strategy_equivalence import assert_same_step, default_and_mirrored
-from training_fixtures import AFFINE_BODY, REPO_ROOT, shapes_images, shapes_roidb, zeroed_rpn_step
 
+from support.child_processes import free_ports, run_in_children
+from support.paths import REPO_ROOT
+from support.strategy_equivalence import assert_same_step, default_and_mirrored
+from support.training_fixtures import AFFINE_BODY, shapes_images, shapes_roidb, zeroed_rpn_step
 from tfdet.config import load_config
 from tfdet.data import shapes
 from tfdet.data.domain_pipeline import build_domain_dataset, target_image_records

@@ -17,9 +17,9 @@ import time
 import numpy as np
 import pytest
 
-from http_mirror import DetectronMirror, detectron_mirror, unused_loopback_url  # noqa: F401 (fixture)
+from support.http_mirror import DetectronMirror, detectron_mirror, unused_loopback_url  # noqa: F401 (fixture)
+from support.training_fixtures import TINY_CONFIG, tiny_cfg
 from tfdet.download import DownloadError, catalog_url, resolve_weights
-from training_fixtures import TINY_CONFIG, tiny_cfg
 
 R50 = "ImageNetPretrained/MSRA/R-50.pkl"
 SHAPES_VAL = ["--annotations", "{tmp}/shapes/val.json", "--images", "{tmp}/shapes/val"]

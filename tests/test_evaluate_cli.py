@@ -9,10 +9,10 @@ import sys
 import pytest
 from pycocotools.coco import COCO
 
-from conftest import REPO_ROOT
+from support.paths import REPO_ROOT
+from support.training_fixtures import ONE_SAMPLE_ROI_ALIGN
 from tfdet.data import shapes
 from tfdet.evaluate import main
-from training_fixtures import ONE_SAMPLE_ROI_ALIGN
 
 CONFIG = REPO_ROOT / "configs" / "shapes_mask_keypoint_R-50-FPN.yaml"
 # AffineChannel instead of GroupNorm in the body, FPN and mask head (the CLI does not depend on the network):

@@ -17,9 +17,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from training_fixtures import tiny_cfg
 
 from porting.detectron_writer import model_to_blobs, write_detectron_pkl
+from support.training_fixtures import tiny_cfg
 from tfdet.config import load_config
 from tfdet.data.coco_classes import COCO_CATEGORY_IDS, COCO_CLASSES, ModelCategories
 from tfdet.data.model_labels import write_model_categories

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import numpy_retinanet_training as ref
+from support import numpy_retinanet_training as ref
 from tfdet.ops.focal_loss import select_smooth_l1_loss, sigmoid_focal_loss, softmax_focal_loss
 
 N, A, H, W = 2, 3, 3, 4

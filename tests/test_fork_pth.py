@@ -4,11 +4,11 @@ detector weight lands in the tfdet model, and the ten domain-classifier tensors 
 purpose (the inference model has no domain classifier; detections do not depend on it)."""
 
 import numpy as np
-from porting_fixtures import scratch_path  # noqa: F401 (fixture)
-from test_fork_config import quiet_load, write_yaml
-from test_maskrcnn_benchmark_port import assert_model_holds, benchmark_state, random_blobs, torch_writer
 
 from porting.__main__ import main as porting_main
+from support.benchmark_checkpoints import assert_model_holds, benchmark_state, random_blobs, torch_writer
+from support.fork_configs import quiet_load, write_yaml
+from support.porting_fixtures import scratch_path  # noqa: F401 (fixture)
 from tfdet.config import load_config
 from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model

@@ -4,8 +4,8 @@ against the single-level numpy reference run on each RoI's own level, in input o
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_roi_align import FLOAT32_TOL, GRADIENT_TOL, assert_close, reference_roi_align
 
+from support.numpy_roi_align import FLOAT32_TOL, GRADIENT_TOL, assert_close, reference_roi_align
 from tfdet.ops.fpn_levels import map_rois_to_fpn_levels, multilevel_roi_align
 
 # box -> level for k_min=2, k_max=5, canonical 224 / level 4; side = x2 - x1 + 1 (Detectron's boxes_area)

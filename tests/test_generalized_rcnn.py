@@ -6,8 +6,8 @@ import warnings
 import numpy as np
 import pytest
 
-from conftest import shared_path
-from test_backbones import expected_fpn_blobs, expected_resnet_blobs
+from support.detectron_fixtures import expected_fpn_blobs, expected_resnet_blobs
+from support.paths import shared_path
 from tfdet.config import load_config
 from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model

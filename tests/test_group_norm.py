@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from tfdet.layers import GroupNormalization
-from tfdet.ops.group_norm import group_norm
+from tfdet.ops.group_norm import group_moments, group_norm
 
 
 def numpy_group_norm_gradients(x, gamma, dy, groups, eps):
@@ -73,27 +73,47 @@ def test_channels_not_divisible_by_groups_is_a_clear_error():
         group_norm(tf.zeros([1, 6]), tf.ones([6]), tf.zeros([6]), 4, 1e-5)
 
 
-def test_inference_accumulates_statistics_in_float64(rng):
-    """Outside training the mean and 1/std are float64 sums rounded once to float32, whatever order a runtime
-    sums in: the output is the layer's float32 formula on the exact statistics. On a map whose values sit far
-    from 0 with little spread (a flat image's) float32 sums are off by ulps of the offset, which normalisation
-    divides by the spread. Training keeps float32 statistics."""
-    x = rng.normal(300.0, 0.5, size=(1, 40, 40, 16)).astype(np.float32)
+@pytest.mark.parametrize("offset", [0.0, 1.0, 300.0, 1e4])
+@pytest.mark.parametrize("spread", [1e-3, 0.5, 100.0])
+@pytest.mark.parametrize("shape", [(2, 40, 40, 16, 8), (2, 7, 5, 16, 1), (3, 16, 4)])
+def test_moments_are_the_exact_ones_rounded(offset, spread, shape, rng):
+    """The compensated mean is float64's rounded to float32, or within a small fraction of the spread's float32
+    epsilon of it; the variance within a few epsilons. Plain float32 sums miss the mean by many ulps of the
+    offset, which normalisation divides by the spread."""
+    signs = rng.choice([-1.0, 1.0], size=shape[-2:-1] + (1,))
+    x = (rng.normal(offset, spread, size=shape) * signs).astype(np.float32)
+    mean, variance = (t.numpy() for t in group_moments(tf.constant(x)))
+    axes = tuple(i for i in range(1, x.ndim) if i != x.ndim - 2)
+    exact = x.astype(np.float64)
+    want_mean = exact.mean(axis=axes, keepdims=True)
+    want_variance = exact.var(axis=axes, keepdims=True)
+    eps = np.finfo(np.float32).eps
+    excess = np.abs(mean - want_mean) - np.abs(want_mean.astype(np.float32) - want_mean)
+    assert (excess <= 0.5 * eps * np.sqrt(want_variance)).all()
+    np.testing.assert_allclose(variance, want_variance, rtol=4 * eps, atol=0)
+
+
+def test_flat_maps_normalise_exactly(rng):
+    """A flat map far from 0 (a flat image's, with its borders): the output is the formula on the exact
+    statistics, in training and outside it, and equals the normalisation with float64 statistics; Keras'
+    float32 moments are off by far more."""
+    x = np.full((1, 40, 40, 16), 300.0, np.float32) + rng.normal(0.0, 0.5, size=(1, 1, 1, 16)).astype(np.float32)
+    x[:, [0, -1]] += rng.normal(0.0, 0.5, size=(1, 2, 40, 16)).astype(np.float32)
     gamma = rng.normal(1.0, 0.5, size=16).astype(np.float32)
     beta = rng.normal(size=16).astype(np.float32)
-    layer = GroupNormalization(groups=4, epsilon=1e-5)
-    layer.build(x.shape)
-    layer.gamma.assign(gamma)
-    layer.beta.assign(beta)
-    inference, training = layer(x).numpy(), layer(x, training=True).numpy()
-    inputs = tf.constant(x)
-    np.testing.assert_array_equal(inference, group_norm(inputs, gamma, beta, 4, 1e-5, tf.float64).numpy())
-    np.testing.assert_array_equal(training, group_norm(inputs, gamma, beta, 4, 1e-5).numpy())
+    layers = [GroupNormalization(groups=4, epsilon=1e-5), keras.layers.GroupNormalization(groups=4, epsilon=1e-5)]
+    for layer in layers:
+        layer.build(x.shape)
+        layer.gamma.assign(gamma)
+        layer.beta.assign(beta)
+    inference, training = layers[0](x).numpy(), layers[0](x, training=True).numpy()
+    np.testing.assert_array_equal(inference, training)
     grouped = x.reshape(1, -1, 4, 4)
     exact = grouped.astype(np.float64)
     mean = exact.mean(axis=(1, 3), keepdims=True)
     inv_std = (1.0 / np.sqrt(((exact - mean) ** 2).mean(axis=(1, 3), keepdims=True) + 1e-5)).astype(np.float32)
     scale = inv_std * gamma.reshape(4, 4)
-    want = grouped * scale + (beta.reshape(4, 4) - mean.astype(np.float32) * scale)
-    np.testing.assert_allclose(inference, want.reshape(x.shape), rtol=0, atol=np.spacing(np.float32(1024)))
-    assert np.abs(training - want.reshape(x.shape)).max() > 4 * np.spacing(np.float32(1024))
+    want = (grouped * scale + (beta.reshape(4, 4) - mean.astype(np.float32) * scale)).reshape(x.shape)
+    tolerance = np.spacing(np.float32(np.abs(x).max() * np.abs(scale).max()))
+    np.testing.assert_allclose(inference, want, rtol=0, atol=tolerance)
+    assert np.abs(layers[1](x).numpy() - want).max() > 4 * tolerance

@@ -1,16 +1,19 @@
 """The package's layering, read from its source: no import circle among tfdet, porting and savedmodel, and
-`tfdet.modeling` never imports `tfdet.data` (at any level, lazy imports included); what serves a model (`tfdet.inference`, `savedmodel.export`) loads neither pycocotools nor
-the training data pipeline or the shapes generator, checked in a fresh interpreter."""
+`tfdet.modeling` never imports `tfdet.data` (at any level, lazy imports included); what serves a model
+(`tfdet.inference`, `savedmodel.export`) loads neither pycocotools nor the training data pipeline or the shapes
+generator, checked in a fresh interpreter. The tests' own layout: what they share lives in tests/support/, and no
+test module or support module imports a test module or conftest."""
 
 import ast
 import pathlib
 import subprocess
 import sys
 
-from conftest import REPO_ROOT
+from support.paths import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "tfdet"
 PACKAGES = ("tfdet", "porting", "savedmodel")
+TESTS = REPO_ROOT / "tests"
 
 
 def module_files():
@@ -106,3 +109,26 @@ def test_serving_imports_no_training_data_code():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def imports_of_tests_or_conftest(path):
+    """The test modules (`test_*`) and conftest that the file at `path` imports, wherever the import stands."""
+    names = imported_modules(path)
+    return sorted(name for name in names if name.split(".")[0] == "conftest" or name.startswith("test_"))
+
+
+def test_imports_of_tests_or_conftest_are_found(tmp_path):
+    source = tmp_path / "test_sample.py"
+    source.write_text("from conftest import REPO_ROOT\nfrom support.paths import shared_path\n\n"
+                      "def f():\n    import test_roi_align\n    from test_nms import clustered_boxes\n")
+    expected = ["conftest", "conftest.REPO_ROOT", "test_nms", "test_nms.clustered_boxes", "test_roi_align"]
+    assert imports_of_tests_or_conftest(source) == expected
+
+
+def test_tests_share_code_through_support_only():
+    """Every shared helper of the tests is a module of tests/support/ (beside the test modules, only conftest.py,
+    which keeps pytest's hooks and fixtures); no test module or support module imports a test module or conftest."""
+    assert sorted(path.name for path in TESTS.glob("*.py") if not path.name.startswith("test_")) == ["conftest.py"]
+    files = sorted(TESTS.glob("test_*.py")) + sorted((TESTS / "support").glob("*.py"))
+    offenders = {str(path.relative_to(REPO_ROOT)): imports_of_tests_or_conftest(path) for path in files}
+    assert {path: names for path, names in offenders.items() if names} == {}

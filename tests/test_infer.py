@@ -17,15 +17,16 @@ import numpy as np
 import pytest
 from pycocotools.coco import COCO
 
-from child_processes import native_log_records
-from conftest import REPO_ROOT, shared_path
+from support.child_processes import native_log_records
+from support.paths import REPO_ROOT, shared_path
+from support.training_fixtures import ONE_SAMPLE_ROI_ALIGN
+from support.video_fixtures import decode_like_prepare_data_2d_custom, write_video
 from tfdet.config import load_config
 from tfdet.data.coco_classes import model_categories
 from tfdet.image_io import UnreadableImage, list_inputs, pdf_page_with_image, read_image, write_picture
 from tfdet.infer import UsageError, check_usage, main, parse_args, run
 from tfdet.inference import Predictor
 from tfdet.videopose3d import VideoPose3DArchive
-from training_fixtures import ONE_SAMPLE_ROI_ALIGN
 
 MODEL_OVERRIDES = ["TEST.SCORE_THRESH", "0.0", "TEST.DETECTIONS_PER_IM", "8", "TEST.RPN_PRE_NMS_TOP_N", "300",
                    "TEST.RPN_POST_NMS_TOP_N", "100", *ONE_SAMPLE_ROI_ALIGN]  # fmt: skip
@@ -134,42 +135,6 @@ def test_keypoint_photos_with_json_per_image(tmp_path, keypoint_predictor):
     # images.json is a COCO file of its own, enough to load the results with.
     listing = COCO(str(output / "images.json"))
     assert len(listing.loadRes(str(output / "detections.json")).getAnnIds()) == len(keypoints)
-
-
-def decode_like_prepare_data_2d_custom(filename):
-    """VideoPose3D's data/prepare_data_2d_custom.py `decode`, step for step (the script is not importable)."""
-    data = np.load(filename, encoding="latin1", allow_pickle=True)
-    bb = data["boxes"]
-    kp = data["keypoints"]
-    metadata = data["metadata"].item()
-    results_bb, results_kp = [], []
-    for i in range(len(bb)):
-        if len(bb[i][1]) == 0 or len(kp[i][1]) == 0:
-            results_bb.append(np.full(4, np.nan, dtype=np.float32))
-            results_kp.append(np.full((17, 4), np.nan, dtype=np.float32))
-            continue
-        best_match = np.argmax(bb[i][1][:, 4])
-        results_bb.append(bb[i][1][best_match, :4])
-        results_kp.append(kp[i][1][best_match].T.copy())
-    bb = np.array(results_bb, dtype=np.float32)
-    kp = np.array(results_kp, dtype=np.float32)[:, :, :2]
-    mask = ~np.isnan(bb[:, 0])
-    indices = np.arange(len(bb))
-    for i in range(4):
-        bb[:, i] = np.interp(indices, indices[mask], bb[mask, i])
-    for i in range(17):
-        for j in range(2):
-            kp[:, i, j] = np.interp(indices, indices[mask], kp[mask, i, j])
-    return bb, kp, metadata, mask
-
-
-def write_video(path, frames, fps=10, codec="MJPG"):
-    height, width = frames[0].shape[:2]
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*codec), fps, (width, height))
-    assert writer.isOpened()
-    for frame in frames:
-        writer.write(frame)
-    writer.release()
 
 
 def count_frames(path):

@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from conftest import REPO_ROOT
+from support.paths import REPO_ROOT
 
 NAMES = ("__background__", "carré", "cercle « rond »", "日本")
 JSON_IDS = (0, 5, 9, 2)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import numpy_training_reference as ref
+from support import numpy_training_reference as ref
 from tfdet.ops.keypoint_targets import keypoint_heatmap_targets, sample_keypoint_rois
 from tfdet.ops.roi_sampling import label_proposals
 

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from savedmodel_fixtures import heatmap_cell_size
+from support.numpy_reference import detectron_heatmaps_to_keypoints
+from support.savedmodel_fixtures import heatmap_cell_size
 from tfdet.keypoint_decoding import heatmaps_to_keypoints as numpy_heatmaps_to_keypoints
 from tfdet.ops.keypoints import heatmaps_to_keypoints
 from tfdet.ops.resize import resize_cubic_cv2
@@ -23,48 +24,6 @@ POSITION_TOLERANCE = 1e-4
 LOGIT_TOLERANCE = 1e-4
 PROB_TOLERANCE = 1e-6
 TIE_TOLERANCE = 1e-5
-
-
-def detectron_heatmaps_to_keypoints(maps, rois, min_size=0):
-    """detectron/utils/keypoints.py::heatmaps_to_keypoints with NHWC `maps`; returns (N, K, 4)."""
-    offset_x, offset_y = rois[:, 0], rois[:, 1]
-    widths = np.maximum(rois[:, 2] - rois[:, 0], 1)
-    heights = np.maximum(rois[:, 3] - rois[:, 1], 1)
-    widths_ceil, heights_ceil = np.ceil(widths), np.ceil(heights)
-    num_keypoints = maps.shape[-1]
-    xy_preds = np.zeros((len(rois), 4, num_keypoints), dtype=np.float32)
-    for i in range(len(rois)):
-        if min_size > 0:
-            roi_map_width = int(np.maximum(widths_ceil[i], min_size))
-            roi_map_height = int(np.maximum(heights_ceil[i], min_size))
-        else:
-            roi_map_width, roi_map_height = widths_ceil[i], heights_ceil[i]
-        width_correction = widths[i] / roi_map_width
-        height_correction = heights[i] / roi_map_height
-        roi_map = cv2.resize(
-            maps[i], (int(roi_map_width), int(roi_map_height)), interpolation=cv2.INTER_CUBIC
-        ).reshape(int(roi_map_height), int(roi_map_width), num_keypoints)
-        roi_map = np.transpose(roi_map, [2, 0, 1])
-        roi_map_probs = detectron_scores_to_probs(roi_map.copy())
-        w = roi_map.shape[2]
-        for k in range(num_keypoints):
-            pos = roi_map[k, :, :].argmax()
-            x_int = pos % w
-            y_int = (pos - x_int) // w
-            xy_preds[i, 0, k] = (x_int + 0.5) * width_correction + offset_x[i]
-            xy_preds[i, 1, k] = (y_int + 0.5) * height_correction + offset_y[i]
-            xy_preds[i, 2, k] = roi_map[k, y_int, x_int]
-            xy_preds[i, 3, k] = roi_map_probs[k, y_int, x_int]
-    return np.transpose(xy_preds, [0, 2, 1])
-
-
-def detectron_scores_to_probs(scores):
-    """detectron/utils/keypoints.py::scores_to_probs: spatial softmax of each CxHxW channel."""
-    for c in range(scores.shape[0]):
-        temp = scores[c, :, :]
-        max_score = temp.max()
-        scores[c, :, :] = np.exp(temp - max_score) / np.sum(np.exp(temp - max_score))
-    return scores
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import numpy_training_reference as ref
+from support import numpy_training_reference as ref
 from tfdet.ops.mask_targets import mask_rcnn_targets, match_masks_to_rois
 
 HEIGHT, WIDTH = 120, 160  # original image

@@ -2,150 +2,48 @@
 
 The end-to-end checkpoints are made the way maskrcnn-benchmark itself names Detectron weights:
 Detectron blobs of a tfdet model (random values) go through the renaming of
-``maskrcnn_benchmark/utils/c2_model_loading.py``, replayed below from its source, and are placed in
-its module tree (``backbone.body``, ``backbone.fpn``, ``rpn.head``, ``roi_heads.*``); the file is
+``maskrcnn_benchmark/utils/c2_model_loading.py``, replayed from its source, and are placed in
+its module tree (``backbone.body``, ``backbone.fpn``, ``rpn.head``, ``roi_heads.*``; both in
+``tests/support/benchmark_checkpoints.py``); the file is
 written in torch's zip / legacy format by ``tests/fixtures/torch_writer.py`` (checked against real
 torch.save files in test_pth_reader.py). Porting it back must give every variable its value.
 Checkpoints go to tmpfs when there is one; the CLI's `main` runs in this process (test_porting_cli.py
 runs `python -m porting` in a fresh interpreter).
 """
 
-import importlib.util
 import re
 import sys
 
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT, shared_path
 from porting.maskrcnn_benchmark_loader import benchmark_blobs, load_maskrcnn_benchmark_weights, split_checkpoint
 from porting.maskrcnn_benchmark_names import detectron_blob_names
 from porting.__main__ import main as porting_main
 from porting.pth_reader import read_pth
-from porting_fixtures import assert_same, held, scratch_path, snapshot, unchanged  # noqa: F401 (fixture)
+from support.benchmark_checkpoints import (
+    assert_model_holds,
+    benchmark_state,
+    c2_renamed,
+    config_anchors,
+    module_key,
+    random_blobs,
+    torch_writer,
+)
+from support.paths import REPO_ROOT, shared_path
+from support.porting_fixtures import assert_same, held, scratch_path, snapshot, unchanged  # noqa: F401 (fixture)
 from tfdet.config import load_config
 from tfdet.layers import placeholder_initialization
 from tfdet.layers.bilinear_upsample import bilinear_kernel
 from tfdet.modeling import build_model
-from tfdet.modeling.detectron_names import detectron_inventory, model_blobs
-
-spec = importlib.util.spec_from_file_location("torch_writer", REPO_ROOT / "tests" / "fixtures" / "torch_writer.py")
-torch_writer = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(torch_writer)
+from tfdet.modeling.detectron_names import detectron_inventory
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "pth"
 BASELINES = ("detectron", "configs", "12_2017_baselines")
 SMALL = ["MODEL.NUM_CLASSES", "4"]
-R50_STAGES = ["1.2", "2.3", "3.5", "4.2"]  # c2_model_loading._C2_STAGE_NAMES["R-50"]
-FIXED_UPSAMPLING = ("kps_score_w", "kps_score_b")  # Detectron's bilinear kps_score: no maskrcnn-benchmark weights
-
-
-# --------------------------------------------------------------------------- maskrcnn-benchmark's own names
-
-
-def c2_renamed(detectron_names, stage_names=R50_STAGES):
-    """{Detectron blob: name} as maskrcnn-benchmark's _rename_weights_for_resnet renames C2 blobs."""
-    keys = ["fc1000_b" if k == "pred_b" else "fc1000_w" if k == "pred_w" else k for k in detectron_names]
-    basic = [("_", "."), (".w", ".weight"), (".bn", "_bn"), (".b", ".bias"), ("_bn.s", "_bn.scale"),
-             (".biasranch", ".branch"), ("bbox.pred", "bbox_pred"), ("cls.score", "cls_score"),
-             ("res.conv1_", "conv1_"), (".biasbox", ".bbox"), ("conv.rpn", "rpn.conv"),
-             ("rpn.bbox.pred", "rpn.bbox_pred"), ("rpn.cls.logits", "rpn.cls_logits"), ("_bn.scale", "_bn.weight"),
-             ("conv1_bn.", "bn1."), ("res2.", "layer1."), ("res3.", "layer2."), ("res4.", "layer3."),
-             ("res5.", "layer4."), (".branch2a.", ".conv1."), (".branch2a_bn.", ".bn1."), (".branch2b.", ".conv2."),
-             (".branch2b_bn.", ".bn2."), (".branch2c.", ".conv3."), (".branch2c_bn.", ".bn3."),
-             (".branch1.", ".downsample.0."), (".branch1_bn.", ".downsample.1."),
-             ("conv1.gn.s", "bn1.weight"), ("conv1.gn.bias", "bn1.bias"), ("conv2.gn.s", "bn2.weight"),
-             ("conv2.gn.bias", "bn2.bias"), ("conv3.gn.s", "bn3.weight"), ("conv3.gn.bias", "bn3.bias"),
-             ("downsample.0.gn.s", "downsample.1.weight"), ("downsample.0.gn.bias", "downsample.1.bias")]  # fmt: skip
-    for old, new in basic:
-        keys = [k.replace(old, new) for k in keys]
-    for index, stage in enumerate(stage_names, 1):
-        suffix = ".lateral" if index < 4 else ""
-        keys = [k.replace(f"fpn.inner.layer{stage}.sum{suffix}", f"fpn_inner{index}") for k in keys]
-        keys = [k.replace(f"fpn.layer{stage}.sum", f"fpn_layer{index}") for k in keys]
-    last = [("rpn.conv.fpn2", "rpn.conv"), ("rpn.bbox_pred.fpn2", "rpn.bbox_pred"), ("rpn.cls_logits.fpn2", "rpn.cls_logits"),
-            ("mask.fcn.logits", "mask_fcn_logits"), (".[mask].fcn", "mask_fcn"), ("conv5.mask", "conv5_mask"),
-            ("kps.score.lowres", "kps_score_lowres"), ("kps.score", "kps_score"), ("conv.fcn", "conv_fcn"),
-            ("rpn.", "rpn.head.")]  # fmt: skip
-    for old, new in last:
-        keys = [k.replace(old, new) for k in keys]
-    return dict(zip(detectron_names, keys))
-
-
-_HEAD_MODULES = {"fc6": "roi_heads.box.feature_extractor", "fc7": "roi_heads.box.feature_extractor",
-                 "cls_score": "roi_heads.box.predictor", "bbox_pred": "roi_heads.box.predictor",
-                 "conv5_mask": "roi_heads.mask.predictor", "mask_fcn_logits": "roi_heads.mask.predictor",
-                 "kps_score_lowres": "roi_heads.keypoint.predictor"}  # fmt: skip
-
-
-def module_key(name, c4):
-    """The full state-dict key of a c2-renamed name in maskrcnn-benchmark's GeneralizedRCNN."""
-    layer = name.split(".")[0]
-    if layer in ("conv1", "bn1"):
-        return f"backbone.body.stem.{name}"
-    if layer == "layer4" and c4:
-        return f"roi_heads.box.feature_extractor.head.{name}"
-    if layer.startswith("layer"):
-        return f"backbone.body.{name}"
-    if layer.startswith("fpn_"):
-        return f"backbone.fpn.{name}"
-    if layer == "rpn":
-        return name
-    if layer in _HEAD_MODULES:
-        return f"{_HEAD_MODULES[layer]}.{name}"
-    if re.fullmatch(r"mask_fcn\d+", layer):
-        return f"roi_heads.mask.feature_extractor.{name}"
-    if re.fullmatch(r"conv_fcn\d+", layer):
-        return f"roi_heads.keypoint.feature_extractor.{name}"
-    raise AssertionError(f"no maskrcnn-benchmark module for {name}")
-
-
-def config_anchors(c4=False):
-    """The cell_anchors buffers maskrcnn-benchmark saves for the Detectron baselines' RPN (sizes 32-512, aspect
-    ratios 0.5, 1, 2): one per FPN level P2-P6, or C4's one; from test_porting_fields' replica of its
-    generate_anchors (imported here, late: that module imports this one)."""
-    from test_porting_fields import c4_anchor_state, fpn_anchor_state
-
-    return c4_anchor_state() if c4 else fpn_anchor_state()
-
-
-def benchmark_state(blobs, c4=False):
-    """A maskrcnn-benchmark state dict holding `blobs`: FrozenBatchNorm2d buffers (mean 0, var 1), the
-    baselines' RPN anchors."""
-    renamed = c2_renamed(list(blobs))
-    state = {module_key(renamed[b], c4): v for b, v in blobs.items() if b not in FIXED_UPSAMPLING}
-    for key in [k for k in state if re.search(r"(bn\d|downsample\.1)\.weight$", k)]:
-        module = key[: -len(".weight")]
-        state[f"{module}.running_mean"] = np.zeros_like(state[key])
-        state[f"{module}.running_var"] = np.ones_like(state[key])
-    state.update(config_anchors(c4))
-    return state
 
 
 # --------------------------------------------------------------------------- models
-
-
-def random_blobs(model, mask_head):
-    """Detectron blobs (Caffe2 layouts) of seeded random values for every variable of `model`.
-
-    The fixed bilinear `kps_score` upsampling keeps the model's own value (no checkpoint holds it).
-    """
-    rng = np.random.default_rng(0)
-    blobs = {}
-    for name, variable, to_caffe2, _ in model_blobs(model, mask_head):
-        current = to_caffe2(held(variable))
-        fixed = name in FIXED_UPSAMPLING
-        blobs[name] = np.array(current) if fixed else rng.standard_normal(current.shape, dtype=np.float32)
-    return blobs
-
-
-def assert_model_holds(model, mask_head, blobs, close=()):
-    """Every variable of `model` is its blob (bit-equal; blobs named in `close` to float32 rounding)."""
-    for name, variable, to_caffe2, _ in model_blobs(model, mask_head):
-        if name in close:
-            np.testing.assert_allclose(to_caffe2(held(variable)), blobs[name], rtol=2e-6, atol=1e-6, err_msg=name)
-        else:
-            assert_same(to_caffe2(held(variable)), blobs[name], name)
 
 
 def built(*config, overrides=()):

@@ -8,9 +8,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_device_map import SMALL
-from training_fixtures import first_batch, functions_run_eagerly, shapes_roidb, tiny_cfg
 
+from support.training_fixtures import SMALL_GRAPH, first_batch, functions_run_eagerly, shapes_roidb, tiny_cfg
 from tfdet.config import load_config
 from tfdet.config.errors import ConfigWarning
 from tfdet.engine.optimizer import DetectronSGD, update_rules, variable_roles
@@ -99,7 +98,7 @@ def test_bfloat16_on_a_cpu_where_it_would_be_slower_says_so(tmp_path):
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
-    return first_batch(tiny_cfg(*SMALL), shapes_roidb(tmp_path_factory.mktemp("mp") / "shapes", num_images=4,
+    return first_batch(tiny_cfg(*SMALL_GRAPH), shapes_roidb(tmp_path_factory.mktemp("mp") / "shapes", num_images=4,
                                                       min_objects=2))
 
 
@@ -107,7 +106,7 @@ def batch(tmp_path_factory):
 def inference_outputs(batch):
     """(float32 outputs, bfloat16 outputs, bfloat16 model) of the same weights on two shapes images."""
     keras.utils.set_random_seed(0)
-    models = [build_model(tiny_cfg(*SMALL, "TEST.SCORE_THRESH", "0.0", *extra)) for extra in ((), BF16)]
+    models = [build_model(tiny_cfg(*SMALL_GRAPH, "TEST.SCORE_THRESH", "0.0", *extra)) for extra in ((), BF16)]
     models[1].set_weights(models[0].get_weights())
     for model in models:
         for name in ZEROED_LAYERS:
@@ -164,8 +163,8 @@ def _step(cfg, batch, directory):
 
 def test_bfloat16_training_step_follows_the_float32_step(batch, tmp_path):
     with functions_run_eagerly():  # the float32 reference op by op; the bfloat16 step traced, as training runs it
-        losses32, updates32 = _step(tiny_cfg(*SMALL), batch, tmp_path / "float32")
-    losses16, updates16 = _step(tiny_cfg(*SMALL, *BF16), batch, tmp_path / "bfloat16")
+        losses32, updates32 = _step(tiny_cfg(*SMALL_GRAPH), batch, tmp_path / "float32")
+    losses16, updates16 = _step(tiny_cfg(*SMALL_GRAPH, *BF16), batch, tmp_path / "bfloat16")
     assert keras.config.dtype_policy().name == "float32"
     assert losses16.keys() == losses32.keys()
     np.testing.assert_allclose(list(losses16.values()), list(losses32.values()), rtol=LOSS_RTOL, atol=LOSS_ATOL)
@@ -206,7 +205,7 @@ def test_loss_scale_optimizer_around_detectron_sgd_unscales_and_skips_non_finite
 
 def test_trainer_scales_the_loss_for_float16_only(tmp_path):
     for policy, scaled in (("mixed_float16", True), ("mixed_bfloat16", False)):
-        trainer = Trainer(tiny_cfg(*SMALL, "TFDET.MIXED_PRECISION", policy), tmp_path / policy, progress=False)
+        trainer = Trainer(tiny_cfg(*SMALL_GRAPH, "TFDET.MIXED_PRECISION", policy), tmp_path / policy, progress=False)
         assert isinstance(trainer.optimizer, keras.optimizers.LossScaleOptimizer) == scaled
         inner = trainer.optimizer.inner_optimizer if scaled else trainer.optimizer
         assert isinstance(inner, DetectronSGD) and trainer.optimizer.built

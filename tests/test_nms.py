@@ -4,18 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import numpy_reference as ref
+from support import numpy_reference as ref
+from support.numpy_reference import clustered_boxes, detectron_detections
 from tfdet.ops import nms as nms_ops
-
-
-def clustered_boxes(rng, n, clusters=12):
-    """Boxes jittered around a few centres, so that many overlap near typical thresholds."""
-    centres = rng.uniform(0, 400, (clusters, 2))
-    pick = centres[rng.integers(0, clusters, n)]
-    xy = pick + rng.normal(0, 8, (n, 2))
-    wh = rng.uniform(20, 80, (n, 2))
-    # Integer-ish coordinates make exact IoU ties common, as with real clipped boxes.
-    return np.round(np.concatenate([xy, xy + wh], axis=1) * 2) / 2
 
 
 def run_nms(boxes, scores, thresh, max_out, tile_size=nms_ops.DEFAULT_TILE_SIZE):
@@ -122,21 +113,6 @@ def test_nms_in_tf_function_with_unknown_sizes(rng):
     want = ref.nms(np.hstack([boxes, scores[:, None]]), 0.5)[:20]
     idx, num = fn(boxes[None], scores[None])
     np.testing.assert_array_equal(idx.numpy()[0, : num.numpy()[0]], want)
-
-
-def detectron_detections(scores, boxes, score_thresh, nms_thresh, limit):
-    """Detectron's box_results_with_nms_and_limit, returning (score, class, box) rows by score."""
-    rows = []
-    for j in range(1, scores.shape[1]):
-        inds = np.where(scores[:, j] > np.float32(score_thresh))[0]
-        dets = np.hstack([boxes[inds, j], scores[inds, j, None]]).astype(np.float32)
-        for k in ref.nms(dets, nms_thresh) if len(inds) else []:
-            rows.append((dets[k, 4], j, dets[k, :4]))
-    rows.sort(key=lambda r: -r[0])
-    if len(rows) > limit:
-        cut = rows[limit - 1][0]
-        rows = [r for r in rows if r[0] >= cut]
-    return rows
 
 
 @pytest.mark.parametrize("agnostic", [False, True])

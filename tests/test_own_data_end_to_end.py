@@ -7,8 +7,8 @@ import pathlib
 
 import cv2
 import numpy as np
-from training_fixtures import AFFINE_BODY, ONE_SAMPLE_ROI_ALIGN, TINY_CONFIG
 
+from support.training_fixtures import AFFINE_BODY, ONE_SAMPLE_ROI_ALIGN, TINY_CONFIG
 from tfdet import infer, train
 from tfdet.data.model_labels import read_model_categories
 

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 import porting
-from detectron_fixtures import Py2Writer
 from porting import (
     UnsafeWeightFileError,
     WeightFileError,
@@ -27,6 +26,7 @@ from porting import (
     read_weight_file,
 )
 from porting.pickle_reader import ALLOWED_GLOBALS
+from support.detectron_fixtures import Py2Writer
 
 PIXEL_MEANS = np.array([[[102.9801, 115.9465, 122.7717]]])
 

@@ -12,10 +12,10 @@ import cv2
 import numpy as np
 import pytest
 
-from conftest import shared_path
 from porting import load_detectron_weights, read_weight_file
 from porting.__main__ import main as porting_main
-from porting_fixtures import (  # noqa: F401 (fixtures)
+from support.paths import shared_path
+from support.porting_fixtures import (  # noqa: F401 (fixtures)
     assert_same,
     held,
     module_scratch_path,
@@ -23,18 +23,10 @@ from porting_fixtures import (  # noqa: F401 (fixtures)
     snapshot,
     unchanged,
 )
+from support.porting_source import CONFIG, SMALL, cfg, same_weights, source, target_model  # noqa: F401 (fixtures)
 from tfdet.config import load_config
 from tfdet.inference import Predictor
-from tfdet.layers import placeholder_initialization
-from tfdet.modeling import build_model
-from tfdet.modeling.detectron_names import model_blobs
 
-CONFIG = shared_path("detectron", "configs", "12_2017_baselines", "e2e_mask_rcnn_R-50-FPN_1x.yaml")
-# 8-wide bottlenecks: every blob keeps its name and the stage outputs their 256-2048 channels; the file holds
-# 24 M values instead of 44 M to pickle, read, transpose and write (porting does not depend on the widths).
-SMALL = ["MODEL.NUM_CLASSES", "4", "TEST.SCALE", "256", "TEST.MAX_SIZE", "384", "TEST.SCORE_THRESH", "0.0",
-         "TEST.RPN_PRE_NMS_TOP_N", "200", "TEST.RPN_POST_NMS_TOP_N", "100", "TEST.DETECTIONS_PER_IM", "10",
-         "RESNETS.WIDTH_PER_GROUP", "8"]  # fmt: skip
 EMBEDDED_CFG = """!!python/object/new:detectron.utils.collections.AttrDict
 dictitems:
   MODEL: !!python/object/new:detectron.utils.collections.AttrDict
@@ -42,25 +34,6 @@ dictitems:
       NUM_CLASSES: 4
       {weights}
 """
-
-
-@pytest.fixture(scope="module")
-def cfg():
-    return load_config(CONFIG, SMALL)
-
-
-@pytest.fixture(scope="module")
-def source(cfg):
-    """A model with random weights and its Detectron-layout blobs, as a trained file holds them."""
-    model = build_model(cfg)
-    rng = np.random.default_rng(0)
-    values = {}
-    for variable in model.weights:  # move every weight away from its initial value
-        noise = np.float32(0.01) * rng.standard_normal(variable.shape, dtype=np.float32)
-        values[id(variable)] = variable.numpy() + noise
-        variable.assign(values[id(variable)])
-    entries = model_blobs(model, cfg.MRCNN.ROI_MASK_HEAD)
-    return model, {name: to_caffe2(values[id(variable)]) for name, variable, to_caffe2, _ in entries}
 
 
 def write_pkl(path, blobs, extra=None, weights_line="BBOX_REG_WEIGHTS: !!python/tuple [10.0, 10.0, 5.0, 5.0]"):
@@ -82,18 +55,6 @@ def trained_pkl(source, module_scratch_path):
 def pkl_without_fc6(source, module_scratch_path):
     """The trained file without `fc6_w` (and without `lr`), written once for the module."""
     return write_pkl(module_scratch_path / "no_fc6.pkl", {k: v for k, v in source[1].items() if k != "fc6_w"})
-
-
-def same_weights(a, b):
-    """Whether two models hold the same values in the same variables (read without copies)."""
-    pairs = zip(a.weights, b.weights)
-    return len(a.weights) == len(b.weights) and all(np.array_equal(held(x), held(y)) for x, y in pairs)
-
-
-def target_model(cfg):
-    """A model for the file's weights to fill: zero kernels (no random draws for 44 M parameters)."""
-    with placeholder_initialization():
-        return build_model(cfg)
 
 
 def test_round_trip_loads_every_variable_and_reports_junk(cfg, source, trained_pkl):

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import REPO_ROOT
 from porting import read_weight_file
 from porting.__main__ import main as porting_main
 from porting.file_config import FileConfigError, config_from_cfg_text
-from porting_fixtures import assert_same, scratch_path  # noqa: F401 (fixture)
-from test_porting import CONFIG, SMALL, cfg, same_weights, source, target_model  # noqa: F401 (fixtures)
+from support.paths import REPO_ROOT
+from support.porting_fixtures import assert_same, scratch_path  # noqa: F401 (fixture)
+from support.porting_source import CONFIG, SMALL, cfg, same_weights, source, target_model  # noqa: F401 (fixtures)
 from tfdet.config import load_config
 
 ATTR_DICT = "tag:yaml.org,2002:python/object/new:detectron.utils.collections.AttrDict"

@@ -3,9 +3,9 @@
 maskrcnn-benchmark's `rpn.anchor_generator.cell_anchors.*` buffers and the `cfg` a trained Detectron `.pkl`
 saves are compared with the config the model is built from (`porting.config_checks`): equal ones are
 reported as checked, a contradiction refuses the port in one line and changes nothing. The file anchors
-below are made by a numpy replica of maskrcnn-benchmark's own `generate_anchors`
-(`modeling/rpn/anchor_generator.py`), not by tfdet's generator. Models are RPN-only R-50 bodies with
-placeholder initialisation (built in about a second).
+are made by a numpy replica of maskrcnn-benchmark's own `generate_anchors` (`modeling/rpn/anchor_generator.py`;
+support/benchmark_checkpoints.py), not by tfdet's generator. Models are RPN-only R-50 bodies with placeholder
+initialisation (built in about a second).
 """
 
 import pickle
@@ -13,15 +13,23 @@ import pickle
 import numpy as np
 import pytest
 
-from conftest import shared_path
-from detectron_fixtures import detectron_cfg_yaml
 from porting.__main__ import main as porting_main
 from porting.config_checks import ANCHORS_EQUAL, check_cell_anchors, check_saved_cfg
 from porting.detectron_loader import load_detectron_weights
 from porting.embedded_cfg import parse_embedded_cfg
 from porting.maskrcnn_benchmark_loader import benchmark_blobs, load_maskrcnn_benchmark_weights
 from porting.maskrcnn_benchmark_names import detectron_blob_names
-from test_maskrcnn_benchmark_port import benchmark_state, random_blobs, torch_writer
+from support.benchmark_checkpoints import (
+    FIRST,
+    benchmark_generate_anchors,
+    benchmark_state,
+    c4_anchor_state,
+    fpn_anchor_state,
+    random_blobs,
+    torch_writer,
+)
+from support.detectron_fixtures import detectron_cfg_yaml
+from support.paths import shared_path
 from tfdet.config import load_config
 from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
@@ -30,44 +38,6 @@ BASELINES = ("detectron", "configs", "12_2017_baselines")
 FPN_CONFIG = (*BASELINES, "e2e_faster_rcnn_R-50-FPN_1x.yaml")
 C4_CONFIG = (*BASELINES, "e2e_faster_rcnn_R-50-C4_1x.yaml")
 RPN_ONLY = ["MODEL.RPN_ONLY", "True"]
-FPN_STRIDES = (4, 8, 16, 32, 64)  # maskrcnn-benchmark's MODEL.RPN.ANCHOR_STRIDE for P2..P6
-FIRST = "rpn.anchor_generator.cell_anchors.0"
-
-
-def benchmark_generate_anchors(stride, sizes, aspect_ratios):
-    """maskrcnn-benchmark's generate_anchors: the (0, 0, stride-1, stride-1) window enumerated over aspect
-    ratios (_ratio_enum, rounded widths), each of those over sizes/stride (_scale_enum); float32 x1,y1,x2,y2."""
-
-    def whctrs(anchor):
-        w, h = anchor[2] - anchor[0] + 1, anchor[3] - anchor[1] + 1
-        return w, h, anchor[0] + 0.5 * (w - 1), anchor[1] + 0.5 * (h - 1)
-
-    def mkanchors(ws, hs, x_ctr, y_ctr):
-        return np.stack([x_ctr - 0.5 * (ws - 1), y_ctr - 0.5 * (hs - 1), x_ctr + 0.5 * (ws - 1), y_ctr + 0.5 * (hs - 1)], 1)
-
-    w, h, x_ctr, y_ctr = whctrs(np.array([1, 1, stride, stride], np.float64) - 1)
-    ratios = np.array(aspect_ratios, np.float64)
-    ws = np.round(np.sqrt(w * h / ratios))
-    ratio_anchors = mkanchors(ws, np.round(ws * ratios), x_ctr, y_ctr)
-    scales = np.array(sizes, np.float64) / stride
-    rows = []
-    for anchor in ratio_anchors:
-        w, h, x_ctr, y_ctr = whctrs(anchor)
-        rows.append(mkanchors(w * scales, h * scales, x_ctr, y_ctr))
-    return np.vstack(rows).astype(np.float32)  # AnchorGenerator keeps `.float()` buffers
-
-
-def fpn_anchor_state(sizes=(32, 64, 128, 256, 512), aspect_ratios=(0.5, 1.0, 2.0)):
-    """The cell_anchors buffers of an FPN AnchorGenerator (one size per level, ANCHOR_STRIDE 4..64)."""
-    return {
-        f"rpn.anchor_generator.cell_anchors.{i}": benchmark_generate_anchors(stride, (size,), aspect_ratios)
-        for i, (stride, size) in enumerate(zip(FPN_STRIDES, sizes))
-    }
-
-
-def c4_anchor_state(sizes=(32, 64, 128, 256, 512), aspect_ratios=(0.5, 1.0, 2.0)):
-    """The single cell_anchors buffer of a C4 AnchorGenerator (ANCHOR_STRIDE (16,))."""
-    return {FIRST: benchmark_generate_anchors(16, sizes, aspect_ratios)}
 
 
 def built(config, overrides=()):

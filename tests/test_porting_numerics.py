@@ -1,10 +1,10 @@
 """A ported Mask R-CNN R-50-FPN against a float64 numpy forward written from Caffe2's semantics.
 
-Random weights in Detectron layout (names and shapes from test_porting_zoo's §2 generator) are
+Random weights in Detectron layout (names and shapes from support/detectron_fixtures.py's §2 generator) are
 written to a protocol-2 `.pkl` and loaded through `porting.load_detectron_weights`, so the test
 covers the layout rules (OIHW kernels, AffineChannel, fc6's NCHW flatten). The reference runs
-NCHW tensors with the Caffe2 blobs as they are in the file (test_backbones' conv / block / FPN
-references, test_roi_heads' FC, RoIAlign and FPN level mapping), on a demo photo at TEST.SCALE
+NCHW tensors with the Caffe2 blobs as they are in the file (support/numpy_backbones.py's conv / block / FPN
+references, support/numpy_heads.py's FC, RoIAlign and FPN level mapping), on a demo photo at TEST.SCALE
 160. Intermediate Keras outputs are read from a sub-model on the layers named after Detectron
 blobs (DESIGN.md decision 3); the box head runs on given RoIs fed in place of the proposals.
 
@@ -18,12 +18,19 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import shared_path
-from detectron_fixtures import random_blobs
 from porting import load_detectron_weights
-from test_backbones import np_affine, np_bottleneck_block, np_conv, np_fpn, np_max_pool, np_relu, relative_error
-from test_porting_zoo import R50_MASK_FPN, zoo_blob_shapes
-from test_roi_heads import fc, fpn_level, roi_align, sigmoid, softmax
+from support.detectron_fixtures import R50_MASK_FPN, random_blobs, zoo_blob_shapes
+from support.numpy_backbones import (
+    np_affine,
+    np_bottleneck_block,
+    np_conv,
+    np_fpn,
+    np_max_pool,
+    np_relu,
+    relative_error,
+)
+from support.numpy_heads import fc, fpn_level, roi_align, sigmoid, softmax
+from support.paths import shared_path
 from tfdet.config import load_config
 from tfdet.modeling import build_model
 from tfdet.preprocessing import batch_images, prepare_image

@@ -1,10 +1,10 @@
 """Porting whole Detectron zoo models: files with the zoo models' exact blob names and shapes.
 
 The blob inventory of each model comes from reference/detectron.md §2's naming rules through a
-small generator written here (stage counts, widths, groups, FPN / RPN / head names), checked
-against the counts §2 documents, never from tfdet's own `model_blobs`. Values are random; each
+small generator (support/detectron_fixtures.py: stage counts, widths, groups, FPN / RPN / head names), checked
+here against the counts §2 documents, never from tfdet's own `model_blobs`. Values are random; each
 file is ported into the model built from Detectron's own zoo config, every Keras variable is
-compared with its blob under §1.5's layout rules (written here too), and the blobs the model
+compared with its blob under §1.5's layout rules (support/porting_fixtures.py), and the blobs the model
 exports (`model_to_blobs`; for one model the file `python -m porting export-detectron` writes)
 must be the file's arrays. Files carry the junk real files carry (momentum, zero conv biases,
 ImageNet classifiers, `lr`, `weight_order`) and are Python-2-style pickles like the zoo's:
@@ -17,13 +17,20 @@ when there is one), once.
 import dataclasses
 import pickle
 
-import keras
 import numpy as np
 import pytest
 
-from conftest import shared_path
-from detectron_fixtures import (
-    RES5_DIM,
+from porting import load_detectron_weights, parse_embedded_cfg, read_weight_file
+from porting.__main__ import main as porting_main
+from porting.detectron_writer import model_to_blobs
+from support.detectron_fixtures import (
+    R50_GN_MASK_FPN,
+    R50_KEYPOINT_FPN,
+    R50_MASK_C4,
+    R50_MASK_FPN,
+    X101_64X4D_FASTER_FPN,
+    ZooArch,
+    body_blob_shapes,
     detectron_cfg_yaml,
     momentum_junk,
     msra_imagenet_junk,
@@ -32,117 +39,23 @@ from detectron_fixtures import (
     resnext_imagenet_junk,
     write_py2_detectron_file,
     write_py2_pickle,
+    zoo_blob_shapes,
 )
-from porting import load_detectron_weights, parse_embedded_cfg, read_weight_file
-from porting.__main__ import main as porting_main
-from porting.detectron_writer import model_to_blobs
-from porting_fixtures import assert_same, held, module_scratch_path, scratch_path  # noqa: F401 (fixtures)
-from test_backbones import expected_fpn_blobs, expected_resnet_blobs
+from support.numpy_reference import PIXEL_MEANS
+from support.paths import shared_path
+from support.porting_fixtures import (  # noqa: F401 (fixtures)
+    assert_same,
+    assert_variables_hold,
+    blob_variables,
+    held,
+    module_scratch_path,
+    scratch_path,
+)
 from tfdet.config import load_config
 from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
 
-FPN_DIM = 256
-MLP_HEAD_DIM = 1024
-IOHW_DECONVS = ("conv5_mask", "kps_score_lowres", "kps_score")  # Caffe2 ConvTranspose blobs: (I, O, kh, kw)
-PIXEL_MEANS = np.array([[[102.9801, 115.9465, 122.7717]]])
 FILE_BBOX_REG_WEIGHTS = (10.0, 10.0, 5.0, 5.0)
-
-# ---------------------------------------------------------------------------------------------
-# Blob inventories from reference §2 (independent of tfdet)
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class ZooArch:
-    """What decides a Detectron model's blobs: body (§2.1), FPN or C4, box / mask / keypoint heads."""
-
-    block_counts: tuple = (3, 4, 6, 3)
-    groups: int = 1
-    width_per_group: int = 64
-    norm: str = "bn"  # "gn": GN stem, blocks and FPN (04_2018_gn_baselines)
-    fpn: bool = True
-    box_head: str = "2mlp"  # "2mlp" (fc6, fc7), "4conv1fc_gn" (head_conv1..4 + GN, fc6), "res5" (C4)
-    mask_head: str = ""  # "", "fcn" (_[mask]_fcn1..4), "fcn_gn" (_mask_fcn1..4 + GN), "v0upshare" (C4)
-    keypoints: bool = False
-    num_classes: int = 81
-
-
-def _conv(name, shape):
-    """A Caffe2 Conv / FC / ConvTranspose `<name>_w` and its bias `<name>_b` (output channels)."""
-    out_channels = shape[1] if name in IOHW_DECONVS else shape[0]
-    return {f"{name}_w": shape, f"{name}_b": (out_channels,)}
-
-
-def _conv_gn(name, shape):
-    """Detectron's ConvGN: a bias-free conv `<name>_w`, then `<name>_gn_s`, `<name>_gn_b`."""
-    return {f"{name}_w": shape, f"{name}_gn_s": shape[:1], f"{name}_gn_b": shape[:1]}
-
-
-def stage_sums(block_counts):
-    """Last-block sums of res5..res2 (`res4_5_sum` for R-50), coarse to fine as FPN lists them."""
-    return tuple(f"res{stage}_{count - 1}_sum" for stage, count in reversed(list(enumerate(block_counts, start=2))))
-
-
-def body_blob_shapes(arch):
-    """Stem and res2..res5 (§2.1); in C4 models res5 belongs to the box head, under the same names."""
-    return expected_resnet_blobs(arch.block_counts, arch.groups, arch.width_per_group, arch.norm)
-
-
-def zoo_blob_shapes(arch):
-    """{blob: Caffe2 shape} of every parameter of a Detectron model, by §2's rules (no junk)."""
-    blobs = body_blob_shapes(arch)
-    if arch.fpn:
-        blobs.update(expected_fpn_blobs(stage_sums(arch.block_counts), arch.norm, FPN_DIM))
-    # RPN (§2.4): FPN shares one head stored under the lowest level's names; C4 has 15 anchors on res4.
-    dim, anchors, tag = (FPN_DIM, 3, "_fpn2") if arch.fpn else (1024, 15, "")
-    blobs.update(_conv(f"conv_rpn{tag}", (dim, dim, 3, 3)))
-    blobs.update(_conv(f"rpn_cls_logits{tag}", (anchors, dim, 1, 1)))
-    blobs.update(_conv(f"rpn_bbox_pred{tag}", (4 * anchors, dim, 1, 1)))
-    # Box head and outputs (§2.5); fc6 takes the NCHW-flattened 7x7 RoI feature.
-    head_dim = MLP_HEAD_DIM
-    if arch.box_head == "2mlp":
-        blobs.update(_conv("fc6", (MLP_HEAD_DIM, FPN_DIM * 7 * 7)))
-        blobs.update(_conv("fc7", (MLP_HEAD_DIM, MLP_HEAD_DIM)))
-    elif arch.box_head == "4conv1fc_gn":
-        for i in range(1, 5):
-            blobs.update(_conv_gn(f"head_conv{i}", (256, FPN_DIM, 3, 3)))
-        blobs.update(_conv("fc6", (MLP_HEAD_DIM, 256 * 7 * 7)))
-    elif arch.box_head == "res5":
-        head_dim = RES5_DIM  # the res5_* blobs are already among the body's
-    else:
-        raise ValueError(f"unknown box head {arch.box_head!r}")
-    classes = arch.num_classes
-    blobs.update(_conv("cls_score", (classes, head_dim)))
-    blobs.update(_conv("bbox_pred", (4 * classes, head_dim)))
-    # Mask heads (§2.6): the C4 head's `_[mask]_res5_*` are not in files (']_' rule: from res5_*).
-    if arch.mask_head in ("fcn", "fcn_gn"):
-        for i in range(1, 5):
-            if arch.mask_head == "fcn":
-                blobs.update(_conv(f"_[mask]_fcn{i}", (256, FPN_DIM, 3, 3)))
-            else:
-                blobs.update(_conv_gn(f"_mask_fcn{i}", (256, FPN_DIM, 3, 3)))
-        blobs.update(_conv("conv5_mask", (256, 256, 2, 2)))
-    elif arch.mask_head == "v0upshare":
-        blobs.update(_conv("conv5_mask", (RES5_DIM, 256, 2, 2)))
-    elif arch.mask_head:
-        raise ValueError(f"unknown mask head {arch.mask_head!r}")
-    if arch.mask_head:
-        blobs.update(_conv("mask_fcn_logits", (classes, 256, 1, 1)))
-    # Keypoint head (§2.7): 8 convs of 512, the learned 4x4 deconv to 17 maps, the fixed 2x upsampling.
-    if arch.keypoints:
-        for i in range(1, 9):
-            blobs.update(_conv(f"conv_fcn{i}", (512, FPN_DIM if i == 1 else 512, 3, 3)))
-        blobs.update(_conv("kps_score_lowres", (512, 17, 4, 4)))
-        blobs.update(_conv("kps_score", (17, 17, 4, 4)))
-    return blobs
-
-
-R50_MASK_FPN = ZooArch(mask_head="fcn")
-R50_KEYPOINT_FPN = ZooArch(keypoints=True, num_classes=2)
-R50_MASK_C4 = ZooArch(fpn=False, box_head="res5", mask_head="v0upshare")
-X101_64X4D_FASTER_FPN = ZooArch(block_counts=(3, 4, 23, 3), groups=64, width_per_group=4)
-R50_GN_MASK_FPN = ZooArch(norm="gn", box_head="4conv1fc_gn", mask_head="fcn_gn")
 
 # Reference §2.9 (whole models) and §2.1 (bodies): blobs and parameters in millions.
 DOCUMENTED_MODEL_COUNTS = {
@@ -167,79 +80,6 @@ def test_generator_matches_documented_body_counts(name):
     shapes = body_blob_shapes(arch)
     assert len(shapes) == count
     assert sum(int(np.prod(s)) for s in shapes.values()) / 1e6 == pytest.approx(millions, abs=0.005)
-
-
-# ---------------------------------------------------------------------------------------------
-# Keras layout of a blob (reference §1.5, README conventions), independent of tfdet's rules
-# ---------------------------------------------------------------------------------------------
-
-_NORM_SUFFIXES = {
-    "_bn_s": ("_bn", "scale"),
-    "_bn_b": ("_bn", "bias"),
-    "_gn_s": ("_gn", "gamma"),
-    "_gn_b": ("_gn", "beta"),
-}
-
-
-def keras_location(blob):
-    """(Keras layer name, variable name) holding a blob: layer = blob without its parameter suffix,
-    `_[mask]_fcn<i>` / `_mask_fcn<i>` -> `mask_fcn<i>`."""
-    for suffix, (layer_suffix, variable) in _NORM_SUFFIXES.items():
-        if blob.endswith(suffix):
-            layer = blob[: -len(suffix)] + layer_suffix
-            break
-    else:
-        layer, variable = blob[:-2], {"_w": "kernel", "_b": "bias"}[blob[-2:]]
-    for prefix in ("_[mask]_fcn", "_mask_fcn"):
-        if layer.startswith(prefix):
-            layer = "mask_fcn" + layer[len(prefix) :]
-    return layer, variable
-
-
-def keras_layout(blob, value):
-    """A Caffe2 array in Keras layout: conv OIHW and deconv IOHW -> transpose(2, 3, 1, 0); FC (out, in)
-    -> (in, out); fc6's columns from NCHW-flatten (c, y, x) to NHWC-flatten (y, x, c) order."""
-    if value.ndim == 4:
-        return value.transpose(2, 3, 1, 0)
-    if blob == "fc6_w":
-        units, size = value.shape
-        return value.reshape(units, size // 49, 7, 7).transpose(2, 3, 1, 0).reshape(size, units)
-    return value.T if value.ndim == 2 else value
-
-
-def weighted_layers(model):
-    """{layer name: {variable name: variable}} of every layer with weights, inside nested models too."""
-    layers, stack = {}, list(model.layers)
-    while stack:
-        layer = stack.pop()
-        if isinstance(layer, keras.Model):
-            stack.extend(layer.layers)
-        elif layer.weights:
-            layers[layer.name] = {variable.name: variable for variable in layer.weights}
-    return layers
-
-
-def blob_variables(model, blobs):
-    """{blob: the Keras variable holding it}, by `keras_location`; fails on a blob without a layer."""
-    layers = weighted_layers(model)
-    variables = {}
-    for blob in blobs:
-        layer, variable_name = keras_location(blob)
-        assert layer in layers, f"{blob}: no Keras layer {layer!r}"
-        variables[blob] = layers[layer][variable_name]
-    return variables
-
-
-def assert_variables_hold(model, blobs, every_variable=True):
-    """Each blob sits in its Keras variable in Keras layout; with `every_variable`, nothing else is left."""
-    filled = set()
-    for blob, variable in blob_variables(model, blobs).items():
-        assert_same(held(variable), keras_layout(blob, blobs[blob]), blob)
-        filled.add(id(variable))
-    if every_variable:
-        left = [v.path for v in model.weights if id(v) not in filled]
-        assert not left, f"variables no blob filled: {left}"
-    return filled
 
 
 # ---------------------------------------------------------------------------------------------

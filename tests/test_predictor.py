@@ -5,10 +5,10 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import shared_path
+from support.paths import shared_path
+from support.training_fixtures import ONE_SAMPLE_ROI_ALIGN
 from tfdet.config import load_config
 from tfdet.inference import Predictor
-from training_fixtures import ONE_SAMPLE_ROI_ALIGN
 
 # Small test scale keeps the suite fast; the contract does not depend on it. A zero score threshold
 # gives random-weight models detections to check (Detectron's init makes every score ~1/81). 8 detections

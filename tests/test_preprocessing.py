@@ -1,29 +1,16 @@
 """Test-time image preparation against Detectron's prep_im_for_blob + im_list_to_blob."""
 
-import cv2
 import numpy as np
 import pytest
 
+from support.numpy_reference import PIXEL_MEANS, detectron_prep
 from tfdet.preprocessing import batch_images, prepare_image, subtract_means
-
-MEANS = np.array([[[102.9801, 115.9465, 122.7717]]])
-
-
-def detectron_prep(im, target_size, max_size):
-    """Detectron's utils/blob.py::prep_im_for_blob, line for line."""
-    im = im.astype(np.float32, copy=False)
-    im -= MEANS
-    im_size_min, im_size_max = np.min(im.shape[0:2]), np.max(im.shape[0:2])
-    im_scale = float(target_size) / float(im_size_min)
-    if np.round(im_scale * im_size_max) > max_size:
-        im_scale = float(max_size) / float(im_size_max)
-    return cv2.resize(im, None, None, fx=im_scale, fy=im_scale, interpolation=cv2.INTER_LINEAR), im_scale
 
 
 @pytest.mark.parametrize("shape", [(480, 640, 3), (1000, 300, 3), (333, 333, 3), (2, 5000, 3)])
 def test_matches_detectron(rng, shape):
     image = rng.integers(0, 256, shape, dtype=np.uint8)
-    ours, scale = prepare_image(image, MEANS, 800, 1333)
+    ours, scale = prepare_image(image, PIXEL_MEANS, 800, 1333)
     want, want_scale = detectron_prep(image.copy(), 800, 1333)
     assert scale == want_scale
     np.testing.assert_array_equal(ours, want)
@@ -35,12 +22,12 @@ def test_mean_subtraction_table_gives_detectrons_values_for_every_level():
     levels = np.repeat(np.arange(256, dtype=np.uint8)[:, None, None], 3, axis=2)  # (256, 1, 3)
     image = np.concatenate([levels, levels[::-1]], axis=1)[::-1, ::-1]  # reversed: not contiguous
     want = image.astype(np.float32)
-    want -= MEANS
-    ours = subtract_means(image, MEANS)
+    want -= PIXEL_MEANS
+    ours = subtract_means(image, PIXEL_MEANS)
     assert ours.dtype == np.float32 and ours.shape == (256, 2, 3)
     np.testing.assert_array_equal(ours, want)
     floats = image.astype(np.float64) + 0.25
-    np.testing.assert_array_equal(subtract_means(floats, MEANS), (floats - MEANS).astype(np.float32))
+    np.testing.assert_array_equal(subtract_means(floats, PIXEL_MEANS), (floats - PIXEL_MEANS).astype(np.float32))
 
 
 def test_batch_pads_bottom_right_to_stride():
@@ -62,8 +49,8 @@ def test_size_divisibility_pads_every_input_path(tmp_path):
     from tfdet.config import ConfigError, check_supported, load_config
     from tfdet.data.pipeline import build_train_dataset
     from tfdet.preprocessing import model_inputs, padding_stride
-    from conftest import shared_path
-    from training_fixtures import shapes_roidb
+    from support.paths import shared_path
+    from support.training_fixtures import shapes_roidb
 
     zoo = shared_path("detectron", "configs", "12_2017_baselines")
     small = ["TRAIN.SCALES", "(100,)", "TRAIN.MAX_SIZE", "150"]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import numpy_reference as ref
+from support import numpy_reference as ref
 from tfdet.ops import anchors as anchor_ops
 from tfdet.ops import proposals as proposal_ops
 

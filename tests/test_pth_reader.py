@@ -10,9 +10,9 @@ import zipfile
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT
 from porting.pickle_reader import UnsafeWeightFileError, WeightFileError
 from porting.pth_reader import read_pth
+from support.paths import REPO_ROOT
 
 
 def _fixture_module(name):

@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from readme_blocks import (
+from support.paths import REPO_ROOT
+from support.readme_blocks import (
     CI,
     DOCUMENTS,
     RUNS,
@@ -21,7 +22,7 @@ from readme_blocks import (
     readme_blocks,
     script,
 )
-from readme_stand_ins import REPO_ROOT, checkout, stand_ins
+from support.readme_stand_ins import checkout, stand_ins
 
 BLOCKS = documentation_blocks(REPO_ROOT)
 MARKDOWN = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]

@@ -14,12 +14,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import numpy_detectron_retinanet as detectron
-from conftest import shared_path
-from detectron_fixtures import retinanet_saved_cfg, write_retinanet_model_final
 from porting.detectron_writer import model_to_blobs
-from retinanet_fixtures import calibrate_predictions, spread_weights
-from test_backbones import expected_fpn_blobs, expected_resnet_blobs
+from support import numpy_detectron_retinanet as detectron
+from support.detectron_fixtures import (
+    expected_fpn_blobs,
+    expected_resnet_blobs,
+    retinanet_saved_cfg,
+    write_retinanet_model_final,
+)
+from support.paths import shared_path
+from support.retinanet_fixtures import calibrate_predictions, spread_weights
 from tfdet.config import ConfigError, check_supported, load_config
 from tfdet.data import shapes
 from tfdet.inference import Predictor

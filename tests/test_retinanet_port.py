@@ -19,15 +19,6 @@ import math
 import numpy as np
 import pytest
 
-from conftest import shared_path
-from detectron_fixtures import (
-    momentum_junk,
-    random_blobs,
-    retinanet_blob_shapes,
-    retinanet_saved_cfg,
-    detectron_cfg_yaml,
-    write_retinanet_model_final,
-)
 from porting.__main__ import main as porting_main
 from porting.config_checks import ANCHORS_REORDERED, check_cell_anchors, check_saved_cfg
 from porting.detectron_loader import load_detectron_weights, port_weight_file
@@ -35,11 +26,25 @@ from porting.embedded_cfg import parse_embedded_cfg
 from porting.maskrcnn_benchmark_loader import load_maskrcnn_benchmark_weights
 from porting.maskrcnn_benchmark_retinanet import convert_predictions, generation_order
 from porting.pickle_reader import WeightFile, read_weight_file
-from porting_fixtures import assert_same, module_scratch_path, scratch_path, snapshot, unchanged  # noqa: F401 (fixtures)
-from test_backbones import expected_resnet_blobs
-from test_maskrcnn_benchmark_port import c2_renamed, module_key, torch_writer
-from test_porting_fields import benchmark_generate_anchors
-from test_porting_zoo import assert_variables_hold
+from support.benchmark_checkpoints import benchmark_generate_anchors, c2_renamed, module_key, torch_writer
+from support.detectron_fixtures import (
+    detectron_cfg_yaml,
+    expected_resnet_blobs,
+    momentum_junk,
+    random_blobs,
+    retinanet_blob_shapes,
+    retinanet_saved_cfg,
+    write_retinanet_model_final,
+)
+from support.paths import shared_path
+from support.porting_fixtures import (  # noqa: F401 (fixtures)
+    assert_same,
+    assert_variables_hold,
+    module_scratch_path,
+    scratch_path,
+    snapshot,
+    unchanged,
+)
 from tfdet.config import load_config
 from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model

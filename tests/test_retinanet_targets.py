@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import numpy_retinanet_training as ref
-from numpy_reference import anchors as generate_anchors
-from numpy_reference import bbox_transform_inv
+from support import numpy_retinanet_training as ref
+from support.numpy_reference import anchors as generate_anchors
+from support.numpy_reference import bbox_transform_inv
 from tfdet.ops.retinanet_targets import (
     FieldLevel,
     RetinaNetTargets,

@@ -12,9 +12,10 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from training_fixtures import REPO_ROOT, first_batch, shapes_images, shapes_roidb, weights_by_blob
 
-import numpy_retinanet_training as ref
+from support import numpy_retinanet_training as ref
+from support.paths import REPO_ROOT
+from support.training_fixtures import first_batch, shapes_images, shapes_roidb, weights_by_blob
 from tfdet.config import check_supported, load_config
 from tfdet.config.errors import ConfigError
 from tfdet.engine.strategy import build_strategy

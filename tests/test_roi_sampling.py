@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import numpy_training_reference as ref
+from support import numpy_training_reference as ref
 from tfdet.ops.roi_sampling import label_proposals, random_subset, sample_rois
 
 NUM_CLASSES = 4

@@ -4,8 +4,8 @@ import keras
 import numpy as np
 import pytest
 
-import numpy_reference as ref
-from test_roi_heads import conv, relu
+from support import numpy_reference as ref
+from support.numpy_heads import conv, relu
 from tfdet.config import load_config
 from tfdet.modeling.detectron_names import model_blobs
 from tfdet.modeling.registry import BodyOutput

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import numpy_training_reference as ref
+from support import numpy_training_reference as ref
 from tfdet.ops.anchors import generate_anchors, shifted_anchors
 from tfdet.ops.rpn_targets import _inside_image, rpn_anchor_targets, scaled_image_size, split_rpn_targets
 

@@ -31,15 +31,15 @@ import pytest
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow.python.framework import op_def_registry
 
-from conftest import shared_path
-from retinanet_fixtures import calibrate_predictions, spread_weights
 from porting.detectron_writer import model_to_blobs, write_detectron_pkl
 from savedmodel import serving_config
 from savedmodel.export import ExportError, export_saved_model, replace_version
 from savedmodel.export import main as export_main
 from savedmodel.outputs import detections_per_image
-from savedmodel_fixtures import TINY_TEST, TinyModel, assert_same_detections, shapes_val_images
-from training_fixtures import TINY_CONFIG
+from support.paths import shared_path
+from support.retinanet_fixtures import calibrate_predictions, spread_weights
+from support.savedmodel_fixtures import TINY_TEST, TinyModel, assert_same_detections, shapes_val_images
+from support.training_fixtures import TINY_CONFIG
 from tfdet.config import load_config
 from tfdet.data import shapes
 from tfdet.inference import Predictor

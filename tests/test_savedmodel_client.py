@@ -30,7 +30,13 @@ from savedmodel.client import (
 )
 from savedmodel.export import main as export_main
 from savedmodel.outputs import detections_per_image
-from savedmodel_fixtures import SHAPES_CATEGORIES, TINY_TEST, TinyModel, assert_same_detections, shapes_val_images
+from support.savedmodel_fixtures import (
+    SHAPES_CATEGORIES,
+    TINY_TEST,
+    TinyModel,
+    assert_same_detections,
+    shapes_val_images,
+)
 from tfdet.graph_options import cpu_graph_options
 from tfdet.inference import Predictor
 

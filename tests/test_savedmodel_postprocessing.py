@@ -10,10 +10,10 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow.python.framework import op_def_registry
 
-from conftest import shared_path
 from savedmodel.export import export_saved_model
-from savedmodel_fixtures import assert_same_detections
-from training_fixtures import AFFINE_BODY, tiny_cfg
+from support.paths import shared_path
+from support.savedmodel_fixtures import assert_same_detections
+from support.training_fixtures import AFFINE_BODY, tiny_cfg
 from tfdet.graph_options import cpu_graph_options
 from tfdet.inference import Predictor
 

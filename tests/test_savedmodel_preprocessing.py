@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import shared_path
 from savedmodel.preprocessing import prepare_batch, prepare_image, prepare_same_size_batch
+from support.paths import shared_path
 from tfdet import preprocessing
 from tfdet.data.transforms import decode_bgr
 from tfdet.ops.resize import resize_linear_cv2

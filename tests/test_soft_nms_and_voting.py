@@ -1,13 +1,13 @@
 """Soft-NMS and box voting (TEST.SOFT_NMS, TEST.BBOX_VOTE) against Detectron's code restated in NumPy
-(tests/numpy_detectron_postprocess.py): the ops alone, then `per_class_nms` as Detectron's
+(tests/support/numpy_detectron_postprocess.py): the ops alone, then `per_class_nms` as Detectron's
 box_results_with_nms_and_limit, then the DetectionOutput layer built from a config."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import numpy_detectron_postprocess as det
-from test_nms import clustered_boxes
+from support import numpy_detectron_postprocess as det
+from support.numpy_reference import clustered_boxes
 from tfdet.ops.box_voting import SCORING_METHODS
 from tfdet.ops.nms import BoxVoting, SoftNMS, per_class_nms
 from tfdet.ops.soft_nms import batched_soft_nms

@@ -9,8 +9,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from child_processes import free_ports, run_in_children
 
+from support.child_processes import free_ports, run_in_children
 from tfdet.config import Config, get_default_config
 from tfdet.engine.checkpoint import TrainingCheckpointer
 from tfdet.engine.optimizer import build_optimizer

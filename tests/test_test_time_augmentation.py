@@ -1,5 +1,5 @@
 """Test-time augmentation in Predictor against Detectron's core/test.py restated in NumPy
-(tests/numpy_detectron_test_time.py), on a demo photo with a seeded random-weight tiny Mask + Keypoint
+(tests/support/numpy_detectron_test_time.py), on a demo photo with a seeded random-weight tiny Mask + Keypoint
 R-CNN (17 COCO keypoints, so that heatmap flips use Detectron's COCO flip map). The network is the
 oracle: the reference gets its raw outputs (rois, cls_prob, bbox_pred; the heads' outputs for given
 boxes) and does every transform, inversion, decoding, combination and the NMS itself.
@@ -16,10 +16,10 @@ import keras
 import numpy as np
 import pytest
 
-import numpy_detectron_test_time as det
-from conftest import shared_path
-from test_keypoints import detectron_heatmaps_to_keypoints
-from training_fixtures import AFFINE_BODY, tiny_cfg
+from support import numpy_detectron_test_time as det
+from support.numpy_reference import detectron_heatmaps_to_keypoints
+from support.paths import shared_path
+from support.training_fixtures import AFFINE_BODY, tiny_cfg
 from tfdet.config import ConfigError, load_config
 from tfdet.inference import Predictor
 from tfdet.modeling import build_model

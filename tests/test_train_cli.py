@@ -18,8 +18,8 @@ import h5py
 import numpy as np
 import pytest
 import tensorflow as tf
-from training_fixtures import AFFINE_BODY, ONE_SAMPLE_ROI_ALIGN, TINY_CONFIG, functions_run_eagerly, tiny_cfg
 
+from support.training_fixtures import AFFINE_BODY, ONE_SAMPLE_ROI_ALIGN, TINY_CONFIG, functions_run_eagerly, tiny_cfg
 from tfdet.data import shapes
 from tfdet.data.model_labels import read_model_categories
 from tfdet.engine.lr_schedule import lr_at_iter

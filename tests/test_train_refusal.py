@@ -7,8 +7,9 @@ import time
 
 import pytest
 import tensorflow as tf
-from training_fixtures import REPO_ROOT, shapes_roidb
 
+from support.paths import REPO_ROOT
+from support.training_fixtures import shapes_roidb
 from tfdet.config import load_config
 from tfdet.config.errors import ConfigError
 from tfdet.engine.checkpoint import CHECKPOINT_NAME, FINAL_WEIGHTS

@@ -9,9 +9,10 @@ import pathlib
 import numpy as np
 import pytest
 import tensorflow as tf
-from child_processes import free_ports, run_in_children
-from strategy_equivalence import assert_same_step, default_and_mirrored
-from training_fixtures import (
+
+from support.child_processes import free_ports, run_in_children
+from support.strategy_equivalence import assert_same_step, default_and_mirrored
+from support.training_fixtures import (
     AFFINE_BODY,
     ONE_SAMPLE_ROI_ALIGN,
     first_batch,
@@ -22,7 +23,6 @@ from training_fixtures import (
     weights_by_blob,
     zeroed_rpn_step,
 )
-
 from tfdet.data.roidb import load_coco_roidb
 from tfdet.engine.checkpoint import TrainingCheckpointer
 from tfdet.engine.optimizer import build_optimizer

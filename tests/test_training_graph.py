@@ -7,8 +7,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from training_fixtures import first_batch, shapes_roidb, tiny_cfg
 
+from support.training_fixtures import first_batch, shapes_roidb, tiny_cfg
 from tfdet.config import load_config
 from tfdet.engine.weights import export_final_weights
 from tfdet.inference import Predictor

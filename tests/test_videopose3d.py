@@ -21,14 +21,14 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT, shared_path
-from http_mirror import unused_loopback_url
-from test_infer import decode_like_prepare_data_2d_custom, write_video
+from support.http_mirror import unused_loopback_url
+from support.paths import REPO_ROOT, shared_path
+from support.training_fixtures import AFFINE_BODY, ONE_SAMPLE_ROI_ALIGN, TINY_CONFIG, tiny_cfg
+from support.video_fixtures import decode_like_prepare_data_2d_custom, write_video
 from tfdet import infer, infer_video
 from tfdet.image_io import list_inputs
 from tfdet.inference import Predictor
 from tfdet.videopose3d import PortablePickler, VideoPose3DArchive, write_npy
-from training_fixtures import AFFINE_BODY, ONE_SAMPLE_ROI_ALIGN, TINY_CONFIG, tiny_cfg
 
 # A person-only, 17-keypoint model (what VideoPose3D's scripts assume) whose every frame has detections.
 PERSON_MODEL = ["MODEL.NUM_CLASSES", "2", "KRCNN.NUM_KEYPOINTS", "17", "MODEL.MASK_ON", "False", "TEST.SCORE_THRESH",

@@ -7,6 +7,7 @@ import keras
 import pytest
 import tensorflow as tf
 
+from support.training_fixtures import TINY_CONFIG
 from tfdet.config import load_config
 from tfdet.inference import Predictor
 from tfdet.weights_file import (
@@ -16,7 +17,6 @@ from tfdet.weights_file import (
     WeightsFile,
     weights_file,
 )
-from training_fixtures import TINY_CONFIG
 
 
 def a_checkpoint(directory):

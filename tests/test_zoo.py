@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import shared_path
-from detectron_fixtures import detectron_cfg_yaml, momentum_junk, random_blobs, write_py2_detectron_file
-from http_mirror import detectron_mirror  # noqa: F401 (fixture)
 from porting.__main__ import main as porting_main
 from porting.zoo_models import ZOO_MODELS, zoo_model
+from support.detectron_fixtures import detectron_cfg_yaml, momentum_junk, random_blobs, write_py2_detectron_file
+from support.http_mirror import detectron_mirror  # noqa: F401 (fixture)
+from support.paths import shared_path
+from support.training_fixtures import TINY_CONFIG
 from tfdet.download import C2_DETECTRON_CATALOG, catalog_url
-from training_fixtures import TINY_CONFIG
 
 BASE = "https://dl.fbaipublicfiles.com/detectron"
 
@@ -197,12 +197,13 @@ def test_infer_zoo_replaces_cfg_and_weights():
 
 @pytest.mark.slow
 def test_full_size_zoo_model_ports_from_the_mirror(detectron_mirror, tmp_path):
-    """e2e_mask_rcnn_R-50-FPN_1x at full size: its blobs (test_porting_zoo's inventory of reference §2), momentum,
-    MSRA's R-50.pkl junk, and Detectron's own YAML as the saved cfg; downloaded, checked and ported by name."""
-    from detectron_fixtures import msra_imagenet_junk
+    """e2e_mask_rcnn_R-50-FPN_1x at full size: its blobs (support/detectron_fixtures.py's inventory of reference
+    §2), momentum, MSRA's R-50.pkl junk, and Detectron's own YAML as the saved cfg; downloaded, checked and ported
+    by name."""
     from porting.detectron_writer import model_to_blobs
+    from support.detectron_fixtures import R50_MASK_FPN, body_blob_shapes, msra_imagenet_junk, zoo_blob_shapes
+    from support.numpy_reference import PIXEL_MEANS
     from tfdet import infer
-    from test_porting_zoo import PIXEL_MEANS, R50_MASK_FPN, body_blob_shapes, zoo_blob_shapes
     from tfdet.config import load_config
     from tfdet.layers import placeholder_initialization
     from tfdet.modeling import build_model

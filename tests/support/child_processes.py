@@ -3,14 +3,12 @@ multi-worker cluster is a process of its own), free local ports for multi-worker
 recognition of TensorFlow's native log records in a command line's stderr."""
 
 import os
-import pathlib
 import re
 import socket
 import subprocess
 import sys
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-TESTS_DIR = REPO_ROOT / "tests"
+from support.paths import REPO_ROOT, TESTS_DIR
 
 
 def run_in_children(module, function, args_per_child, envs=None, timeout=300):

@@ -1,7 +1,10 @@
 """Detectron weight files for porting tests, as reference/detectron.md §1-§2 describes them.
 
-`random_blobs` fills a blob inventory with values that keep activations of order one;
-`momentum_junk`, `msra_imagenet_junk` and `resnext_imagenet_junk` add what real files carry
+The blob inventories come from §2's naming rules, never from tfdet's `model_blobs`: `expected_resnet_blobs`
+(§2.1: stem and res2..res5) and `expected_fpn_blobs` (§2.3); `zoo_blob_shapes(arch)` a whole zoo model's (FPN
+or C4, box, mask and keypoint heads, §2.4-§2.7) for a `ZooArch` such as `R50_MASK_FPN`, and
+`body_blob_shapes(arch)` its body's. `random_blobs` fills an inventory with values that keep activations of
+order one; `momentum_junk`, `msra_imagenet_junk` and `resnext_imagenet_junk` add what real files carry
 besides the parameters; `retinanet_blob_shapes`, `retinanet_saved_cfg` and
 `write_retinanet_model_final` make a RetinaNet zoo `model_final.pkl` (§2.3, §2.8). `Py2Writer`
 writes a pickle as Python 2 + numpy 1.x did (byte strings that Python 3 only reads with latin1
@@ -11,6 +14,7 @@ derived from the code under test.
 """
 
 import base64
+import dataclasses
 import struct
 
 import numpy as np
@@ -65,6 +69,145 @@ def resnext_imagenet_junk():
         "pred_w": np.full((IMAGENET_CLASSES, RES5_DIM), 0.01, np.float32),
         "pred_b": np.zeros(IMAGENET_CLASSES, np.float32),
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Blob inventories from reference §2 (independent of tfdet)
+# ---------------------------------------------------------------------------------------------
+
+
+def expected_resnet_blobs(block_counts, groups, width, norm):
+    """Blob -> shape from §2.1's rules: stem, then per block branch2a/2b/2c (+ branch1 when dims change)."""
+    stem_norm = "res_conv1_bn" if norm == "bn" else "conv1_gn"
+    blobs = {"conv1_w": (64, 3, 7, 7), f"{stem_norm}_s": (64,), f"{stem_norm}_b": (64,)}
+    dim_in = 64
+    for stage, num_blocks in enumerate(block_counts, start=2):
+        inner, out = groups * width * 2 ** (stage - 2), 256 * 2 ** (stage - 2)
+        for index in range(num_blocks):
+            convs = {
+                "branch2a": (inner, dim_in, 1, 1),
+                "branch2b": (inner, inner // groups, 3, 3),
+                "branch2c": (out, inner, 1, 1),
+            }
+            if dim_in != out:
+                convs["branch1"] = (out, dim_in, 1, 1)
+            for branch, shape in convs.items():
+                prefix = f"res{stage}_{index}_{branch}"
+                blobs.update({f"{prefix}_w": shape, f"{prefix}_{norm}_s": shape[:1], f"{prefix}_{norm}_b": shape[:1]})
+            dim_in = out
+    return blobs
+
+
+def expected_fpn_blobs(stage_sums, norm, dim=256):
+    """Blob -> shape from §2.3: inner 1x1 (top) / lateral 1x1, 3x3 outputs; biases, or `_gn` when GN."""
+    lateral_dims = dict(zip(stage_sums, (2048, 1024, 512, 256)))
+    convs = {}
+    for index, blob in enumerate(stage_sums):
+        inner = f"fpn_inner_{blob}" if index == 0 else f"fpn_inner_{blob}_lateral"
+        convs[inner] = (dim, lateral_dims[blob], 1, 1)
+        convs[f"fpn_{blob}"] = (dim, dim, 3, 3)
+    blobs = {}
+    for name, shape in convs.items():
+        blobs[f"{name}_w"] = shape
+        extra = ("_gn_s", "_gn_b") if norm == "gn" else ("_b",)
+        blobs.update({f"{name}{suffix}": (dim,) for suffix in extra})
+    return blobs
+
+
+MLP_HEAD_DIM = 1024
+IOHW_DECONVS = ("conv5_mask", "kps_score_lowres", "kps_score")  # Caffe2 ConvTranspose blobs: (I, O, kh, kw)
+
+
+@dataclasses.dataclass(frozen=True)
+class ZooArch:
+    """What decides a Detectron model's blobs: body (§2.1), FPN or C4, box / mask / keypoint heads."""
+
+    block_counts: tuple = (3, 4, 6, 3)
+    groups: int = 1
+    width_per_group: int = 64
+    norm: str = "bn"  # "gn": GN stem, blocks and FPN (04_2018_gn_baselines)
+    fpn: bool = True
+    box_head: str = "2mlp"  # "2mlp" (fc6, fc7), "4conv1fc_gn" (head_conv1..4 + GN, fc6), "res5" (C4)
+    mask_head: str = ""  # "", "fcn" (_[mask]_fcn1..4), "fcn_gn" (_mask_fcn1..4 + GN), "v0upshare" (C4)
+    keypoints: bool = False
+    num_classes: int = 81
+
+
+def _conv(name, shape):
+    """A Caffe2 Conv / FC / ConvTranspose `<name>_w` and its bias `<name>_b` (output channels)."""
+    out_channels = shape[1] if name in IOHW_DECONVS else shape[0]
+    return {f"{name}_w": shape, f"{name}_b": (out_channels,)}
+
+
+def _conv_gn(name, shape):
+    """Detectron's ConvGN: a bias-free conv `<name>_w`, then `<name>_gn_s`, `<name>_gn_b`."""
+    return {f"{name}_w": shape, f"{name}_gn_s": shape[:1], f"{name}_gn_b": shape[:1]}
+
+
+def stage_sums(block_counts):
+    """Last-block sums of res5..res2 (`res4_5_sum` for R-50), coarse to fine as FPN lists them."""
+    return tuple(f"res{stage}_{count - 1}_sum" for stage, count in reversed(list(enumerate(block_counts, start=2))))
+
+
+def body_blob_shapes(arch):
+    """Stem and res2..res5 (§2.1); in C4 models res5 belongs to the box head, under the same names."""
+    return expected_resnet_blobs(arch.block_counts, arch.groups, arch.width_per_group, arch.norm)
+
+
+def zoo_blob_shapes(arch):
+    """{blob: Caffe2 shape} of every parameter of a Detectron model, by §2's rules (no junk)."""
+    blobs = body_blob_shapes(arch)
+    if arch.fpn:
+        blobs.update(expected_fpn_blobs(stage_sums(arch.block_counts), arch.norm, FPN_DIM))
+    # RPN (§2.4): FPN shares one head stored under the lowest level's names; C4 has 15 anchors on res4.
+    dim, anchors, tag = (FPN_DIM, 3, "_fpn2") if arch.fpn else (1024, 15, "")
+    blobs.update(_conv(f"conv_rpn{tag}", (dim, dim, 3, 3)))
+    blobs.update(_conv(f"rpn_cls_logits{tag}", (anchors, dim, 1, 1)))
+    blobs.update(_conv(f"rpn_bbox_pred{tag}", (4 * anchors, dim, 1, 1)))
+    # Box head and outputs (§2.5); fc6 takes the NCHW-flattened 7x7 RoI feature.
+    head_dim = MLP_HEAD_DIM
+    if arch.box_head == "2mlp":
+        blobs.update(_conv("fc6", (MLP_HEAD_DIM, FPN_DIM * 7 * 7)))
+        blobs.update(_conv("fc7", (MLP_HEAD_DIM, MLP_HEAD_DIM)))
+    elif arch.box_head == "4conv1fc_gn":
+        for i in range(1, 5):
+            blobs.update(_conv_gn(f"head_conv{i}", (256, FPN_DIM, 3, 3)))
+        blobs.update(_conv("fc6", (MLP_HEAD_DIM, 256 * 7 * 7)))
+    elif arch.box_head == "res5":
+        head_dim = RES5_DIM  # the res5_* blobs are already among the body's
+    else:
+        raise ValueError(f"unknown box head {arch.box_head!r}")
+    classes = arch.num_classes
+    blobs.update(_conv("cls_score", (classes, head_dim)))
+    blobs.update(_conv("bbox_pred", (4 * classes, head_dim)))
+    # Mask heads (§2.6): the C4 head's `_[mask]_res5_*` are not in files (']_' rule: from res5_*).
+    if arch.mask_head in ("fcn", "fcn_gn"):
+        for i in range(1, 5):
+            if arch.mask_head == "fcn":
+                blobs.update(_conv(f"_[mask]_fcn{i}", (256, FPN_DIM, 3, 3)))
+            else:
+                blobs.update(_conv_gn(f"_mask_fcn{i}", (256, FPN_DIM, 3, 3)))
+        blobs.update(_conv("conv5_mask", (256, 256, 2, 2)))
+    elif arch.mask_head == "v0upshare":
+        blobs.update(_conv("conv5_mask", (RES5_DIM, 256, 2, 2)))
+    elif arch.mask_head:
+        raise ValueError(f"unknown mask head {arch.mask_head!r}")
+    if arch.mask_head:
+        blobs.update(_conv("mask_fcn_logits", (classes, 256, 1, 1)))
+    # Keypoint head (§2.7): 8 convs of 512, the learned 4x4 deconv to 17 maps, the fixed 2x upsampling.
+    if arch.keypoints:
+        for i in range(1, 9):
+            blobs.update(_conv(f"conv_fcn{i}", (512, FPN_DIM if i == 1 else 512, 3, 3)))
+        blobs.update(_conv("kps_score_lowres", (512, 17, 4, 4)))
+        blobs.update(_conv("kps_score", (17, 17, 4, 4)))
+    return blobs
+
+
+R50_MASK_FPN = ZooArch(mask_head="fcn")
+R50_KEYPOINT_FPN = ZooArch(keypoints=True, num_classes=2)
+R50_MASK_C4 = ZooArch(fpn=False, box_head="res5", mask_head="v0upshare")
+X101_64X4D_FASTER_FPN = ZooArch(block_counts=(3, 4, 23, 3), groups=64, width_per_group=4)
+R50_GN_MASK_FPN = ZooArch(norm="gn", box_head="4conv1fc_gn", mask_head="fcn_gn")
 
 
 def _conv_shapes(name, shape):

@@ -5,7 +5,7 @@ floats; every constant is an explicit np.float32 so that no promotion to float64
 
 import numpy as np
 
-import numpy_reference as ref
+from support import numpy_reference as ref
 
 F1 = np.float32(1.0)
 SOFT_NMS_METHODS = {"hard": 0, "linear": 1, "gaussian": 2}

@@ -8,8 +8,8 @@ from collections import defaultdict
 
 import numpy as np
 
-import numpy_detectron_postprocess as post
-import numpy_reference as ref
+from support import numpy_detectron_postprocess as post
+from support import numpy_reference as ref
 
 SOFT_NMS_SCORE_THRESH = 0.0001  # test_retinanet's literal
 F0, F1 = np.float32(0.0), np.float32(1.0)

@@ -1,7 +1,7 @@
 """Detectron's test-time augmentation (core/test.py) restated in NumPy from its source, independently of
 tfdet's orchestration: im_detect_bbox_aug (UNION), im_detect_mask_aug, im_detect_keypoints_aug (with
 combine_heatmaps_size_dep), the flips and aspect-ratio changes of images, boxes, masks and heatmaps,
-and box_results_with_nms_and_limit (tests/numpy_detectron_postprocess.py).
+and box_results_with_nms_and_limit (tests/support/numpy_detectron_postprocess.py).
 
 The network itself is an oracle (`Network`): given one image blob it returns what Detectron fetches
 from its workspace (rois, cls_prob, bbox_pred; mask_fcn_probs or kps_score for given boxes). Box
@@ -11,9 +11,9 @@ decoding, clipping, every transform and every combination are done here.
 import cv2
 import numpy as np
 
-import numpy_detectron_postprocess as post
-import numpy_reference as ref
-from test_preprocessing import detectron_prep
+from support import numpy_detectron_postprocess as post
+from support import numpy_reference as ref
+from support.numpy_reference import detectron_prep
 
 # detectron/utils/keypoints.py get_keypoints(): COCO's keypoints and their left/right flip map.
 COCO_KEYPOINTS = [

@@ -1,12 +1,14 @@
 """Float64/float32 numpy implementations written from Detectron's definitions, used as test oracles.
 
 They follow reference/detectron.md and Detectron's utils/boxes.py, generate_anchors.py,
-cython_nms.pyx and ops/generate_proposals.py line by line (loops where Detectron loops), and
-share no code with tfdet.
+cython_nms.pyx, ops/generate_proposals.py, core/test.py (box_results_with_nms_and_limit), utils/blob.py
+(prep_im_for_blob) and utils/keypoints.py (heatmaps_to_keypoints) line by line (loops where Detectron loops),
+and share no code with tfdet. `clustered_boxes` draws the overlapping boxes the NMS tests feed both sides.
 """
 
 import math
 
+import cv2
 import numpy as np
 
 SCALE_CLIP = math.log(1000.0 / 16.0)
@@ -138,3 +140,84 @@ def proposals_one_image(scores, deltas, cell_anchors, stride, im_info, pre_n, po
     props, sc = props[keep], sc[keep]
     keep = nms(np.hstack([props, sc[:, None]]), nms_thresh)[:post_n]
     return props[keep], sc[keep]
+
+
+def clustered_boxes(rng, n, clusters=12):
+    """Boxes jittered around a few centres, so that many overlap near typical thresholds."""
+    centres = rng.uniform(0, 400, (clusters, 2))
+    pick = centres[rng.integers(0, clusters, n)]
+    xy = pick + rng.normal(0, 8, (n, 2))
+    wh = rng.uniform(20, 80, (n, 2))
+    # Integer-ish coordinates make exact IoU ties common, as with real clipped boxes.
+    return np.round(np.concatenate([xy, xy + wh], axis=1) * 2) / 2
+
+
+def detectron_detections(scores, boxes, score_thresh, nms_thresh, limit):
+    """Detectron's box_results_with_nms_and_limit, returning (score, class, box) rows by score."""
+    rows = []
+    for j in range(1, scores.shape[1]):
+        inds = np.where(scores[:, j] > np.float32(score_thresh))[0]
+        dets = np.hstack([boxes[inds, j], scores[inds, j, None]]).astype(np.float32)
+        for k in nms(dets, nms_thresh) if len(inds) else []:
+            rows.append((dets[k, 4], j, dets[k, :4]))
+    rows.sort(key=lambda r: -r[0])
+    if len(rows) > limit:
+        cut = rows[limit - 1][0]
+        rows = [r for r in rows if r[0] >= cut]
+    return rows
+
+
+PIXEL_MEANS = np.array([[[102.9801, 115.9465, 122.7717]]])  # Detectron's default (BGR)
+
+
+def detectron_prep(im, target_size, max_size):
+    """Detectron's utils/blob.py::prep_im_for_blob, line for line."""
+    im = im.astype(np.float32, copy=False)
+    im -= PIXEL_MEANS
+    im_size_min, im_size_max = np.min(im.shape[0:2]), np.max(im.shape[0:2])
+    im_scale = float(target_size) / float(im_size_min)
+    if np.round(im_scale * im_size_max) > max_size:
+        im_scale = float(max_size) / float(im_size_max)
+    return cv2.resize(im, None, None, fx=im_scale, fy=im_scale, interpolation=cv2.INTER_LINEAR), im_scale
+
+
+def detectron_heatmaps_to_keypoints(maps, rois, min_size=0):
+    """detectron/utils/keypoints.py::heatmaps_to_keypoints with NHWC `maps`; returns (N, K, 4)."""
+    offset_x, offset_y = rois[:, 0], rois[:, 1]
+    widths = np.maximum(rois[:, 2] - rois[:, 0], 1)
+    heights = np.maximum(rois[:, 3] - rois[:, 1], 1)
+    widths_ceil, heights_ceil = np.ceil(widths), np.ceil(heights)
+    num_keypoints = maps.shape[-1]
+    xy_preds = np.zeros((len(rois), 4, num_keypoints), dtype=np.float32)
+    for i in range(len(rois)):
+        if min_size > 0:
+            roi_map_width = int(np.maximum(widths_ceil[i], min_size))
+            roi_map_height = int(np.maximum(heights_ceil[i], min_size))
+        else:
+            roi_map_width, roi_map_height = widths_ceil[i], heights_ceil[i]
+        width_correction = widths[i] / roi_map_width
+        height_correction = heights[i] / roi_map_height
+        roi_map = cv2.resize(
+            maps[i], (int(roi_map_width), int(roi_map_height)), interpolation=cv2.INTER_CUBIC
+        ).reshape(int(roi_map_height), int(roi_map_width), num_keypoints)
+        roi_map = np.transpose(roi_map, [2, 0, 1])
+        roi_map_probs = detectron_scores_to_probs(roi_map.copy())
+        w = roi_map.shape[2]
+        for k in range(num_keypoints):
+            pos = roi_map[k, :, :].argmax()
+            x_int = pos % w
+            y_int = (pos - x_int) // w
+            xy_preds[i, 0, k] = (x_int + 0.5) * width_correction + offset_x[i]
+            xy_preds[i, 1, k] = (y_int + 0.5) * height_correction + offset_y[i]
+            xy_preds[i, 2, k] = roi_map[k, y_int, x_int]
+            xy_preds[i, 3, k] = roi_map_probs[k, y_int, x_int]
+    return np.transpose(xy_preds, [0, 2, 1])
+
+
+def detectron_scores_to_probs(scores):
+    """detectron/utils/keypoints.py::scores_to_probs: spatial softmax of each CxHxW channel."""
+    for c in range(scores.shape[0]):
+        temp = scores[c, :, :]
+        max_score = temp.max()
+        scores[c, :, :] = np.exp(temp - max_score) / np.sum(np.exp(temp - max_score))
+    return scores

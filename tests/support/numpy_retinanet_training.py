@@ -10,9 +10,9 @@ import math
 
 import numpy as np
 
-from numpy_reference import anchors as generate_anchors
-from numpy_reference import bbox_transform_inv
-from numpy_training_reference import bbox_overlaps
+from support.numpy_reference import anchors as generate_anchors
+from support.numpy_reference import bbox_transform_inv
+from support.numpy_training_reference import bbox_overlaps
 
 FLT_MIN = np.finfo(np.float32).tiny
 

@@ -10,7 +10,7 @@ tfdet. Random draws use a numpy Generator; tests compare their deterministic par
 import numpy as np
 import pycocotools.mask as mask_util
 
-from numpy_reference import bbox_transform_inv
+from support.numpy_reference import bbox_transform_inv
 
 
 def bbox_overlaps(boxes, query_boxes):

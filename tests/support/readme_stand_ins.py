@@ -16,13 +16,12 @@ import keras
 import numpy as np
 
 from porting.detectron_writer import model_to_blobs, write_detectron_pkl
+from support.paths import REPO_ROOT, SHARED_DIR
 from tfdet.config import load_config
 from tfdet.data import shapes
 from tfdet.data.coco_classes import COCO_CATEGORY_IDS, COCO_CLASSES
 from tfdet.modeling import build_model
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-SHARED = REPO_ROOT.parent / "shared"
 CHECKOUT_FOLDERS = ("configs", "benchmarks", "demo")  # what the README's commands read from a checkout
 # The shapes splits the configs train and test on, cut down (from 512 and 64 images) for 2-iteration runs.
 SMALL_SPLITS = {"shapes_train": 8, "shapes_val": 4, "shapes_target_train": 8, "shapes_target_val": 4}
@@ -71,7 +70,7 @@ def detectron_files(workspace):
     """Detectron's YAML files, each with a Detectron .pkl of seeded random weights and its cfg (a trained file),
     and R-50.pkl (a backbone file: blobs only)."""
     for config_name, weights_name in DETECTRON_MODELS.items():
-        config = shutil.copy(SHARED / "detectron" / "configs" / "12_2017_baselines" / config_name, workspace)
+        config = shutil.copy(SHARED_DIR / "detectron" / "configs" / "12_2017_baselines" / config_name, workspace)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the zoo files' old function names
             cfg = load_config(config)
@@ -87,7 +86,7 @@ def detectron_files(workspace):
 
 def media_files(workspace):
     """Two demo photos in photos/ and images/ (photo.jpg: the first), a short video clip.mp4 and videos/walk.mp4."""
-    paths = sorted((SHARED / "data" / "detectron_demo").glob("*.jpg"))[:2]
+    paths = sorted((SHARED_DIR / "data" / "detectron_demo").glob("*.jpg"))[:2]
     photos = [cv2.resize(image, (PHOTO_WIDTH, PHOTO_WIDTH * image.shape[0] // image.shape[1]))
               for image in map(cv2.imread, map(str, paths))]  # fmt: skip
     for folder in ("photos", "images"):

@@ -7,12 +7,12 @@ import pathlib
 import keras
 import numpy as np
 
+from support.training_fixtures import TINY_CONFIG
 from tfdet.config import load_config
 from tfdet.data import shapes
 from tfdet.data.coco_classes import ModelCategories
 from tfdet.data.model_labels import write_model_categories
 from tfdet.inference import Predictor
-from training_fixtures import TINY_CONFIG
 
 # The tiny model's test settings: Detectron's default score threshold.
 TINY_TEST = ("TEST.SCORE_THRESH", "0.05")

@@ -1,6 +1,6 @@
 """Shared parts of the one-step strategy-equivalence tests (tests/test_trainer.py, the domain-adaptation one):
 the same global batch stepped under `default` (one device) and `mirrored` (the batch split over the replicas,
-image order kept), and the comparison of the two steps' records (tests/training_fixtures.zeroed_rpn_step:
+image order kept), and the comparison of the two steps' records (support/training_fixtures.zeroed_rpn_step:
 dicts, or the .npz files worker processes write)."""
 
 import numpy as np
