@@ -12,6 +12,21 @@ import numpy as np
 from savedmodel.runtime_files import METADATA_KEY, RuntimeExportError
 
 
+def litert_refusal(cfg):
+    """Why the model of `cfg` has no LiteRT builtin form, in a phrase, or None: adaptive RoIAlign (sampling ratio 0,
+    Detectron's C4 configs) pools each box with its own grid in a loop of variable shapes, which the converter does
+    not lower; soft-NMS's gaussian decay is computed in float64, which LiteRT lacks."""
+    if cfg.MODEL.TYPE == "generalized_rcnn":
+        heads = (("FAST_RCNN", True), ("MRCNN", cfg.MODEL.MASK_ON), ("KRCNN", cfg.MODEL.KEYPOINTS_ON))
+        for section, on in heads:
+            if on and cfg[section].ROI_XFORM_SAMPLING_RATIO == 0 and cfg[section].ROI_XFORM_METHOD == "RoIAlign":
+                return (f"{section}.ROI_XFORM_SAMPLING_RATIO 0 (adaptive RoIAlign) pools each box in a loop of "
+                        "variable shapes, which LiteRT's converter does not lower")
+    if cfg.TEST.SOFT_NMS.ENABLED and cfg.TEST.SOFT_NMS.METHOD == "gaussian":
+        return "TEST.SOFT_NMS.METHOD gaussian decays scores in float64, which LiteRT lacks"
+    return None
+
+
 def convert_to_litert(saved_model_dir, out_path, metadata_json):
     """Write the `serving_default` signature of `saved_model_dir` as LiteRT builtins to `out_path` (.tflite),
     with `metadata_json` (text) as its `tfdet` metadata entry; returns `out_path` as a Path."""

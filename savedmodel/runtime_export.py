@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-from savedmodel.litert_export import convert_to_litert
+from savedmodel.litert_export import convert_to_litert, litert_refusal
 from savedmodel.runtime_files import METADATA_KEY, RuntimeExportError
 from savedmodel.runtimes import model_metadata
 
@@ -55,6 +55,8 @@ def export_for_runtime(cfg, weights, out, fmt, overwrite=False, dataset_json=Non
 
     out = check_format(fmt, out, precision, calibrate)
     check_exportable(cfg)
+    if fmt == "litert" and litert_refusal(cfg):
+        raise RuntimeExportError(f"--format litert: {litert_refusal(cfg)}; --format onnx or openvino exports it")
     if out.exists() and not overwrite:
         raise RuntimeExportError(f"{out} already exists; pass --overwrite to replace it")
     _check_installed(fmt)

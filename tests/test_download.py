@@ -200,7 +200,11 @@ def test_ctrl_c_mid_download_leaves_nothing(tmp_path):
         mirror.stall(R50)
         cache = tmp_path / "cache"
         env = {**os.environ, "TFDET_CACHE": str(cache), "TFDET_DETECTRON_URL": mirror.url}
-        code = f"from tfdet.download import resolve_weights; resolve_weights({url!r})"
+        # A terminal's process takes Ctrl-C with Python's default handler; a test worker may have left SIGINT ignored.
+        code = (
+            "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            f"from tfdet.download import resolve_weights; resolve_weights({url!r})"
+        )
         child = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 30

@@ -154,3 +154,20 @@ def test_a_graph_without_litert_builtins_is_refused_in_one_line(tmp_path):
     with pytest.raises(RuntimeExportError, match=refusal):
         convert_to_litert(tmp_path / "saved", tmp_path / "model.tflite", "{}")
     assert list(tmp_path.glob("*.tflite*")) == []
+
+
+@pytest.mark.parametrize(
+    "overrides, reason",
+    [
+        (("FAST_RCNN.ROI_XFORM_SAMPLING_RATIO", "0"), "FAST_RCNN.ROI_XFORM_SAMPLING_RATIO 0 (adaptive RoIAlign)"),
+        (("TEST.SOFT_NMS.ENABLED", "True", "TEST.SOFT_NMS.METHOD", "gaussian"), "gaussian decays scores in float64"),
+    ],
+)
+def test_a_family_litert_cannot_hold_is_refused_before_anything_is_built(tiny, tmp_path, capsys, overrides, reason):
+    """Detectron's C4 configs (adaptive RoIAlign) and gaussian soft-NMS: one line saying why, and which formats do."""
+    args = ["--cfg", str(tiny.config), "--weights", str(tiny.weights), "--format", "litert",
+            "--out", str(tmp_path / "m.tflite"), *overrides]  # fmt: skip
+    assert export_main(args) == 1
+    error = capsys.readouterr().err
+    assert reason in error and "--format onnx or openvino exports it" in error and error.count("\n") == 1
+    assert not list(tmp_path.iterdir())

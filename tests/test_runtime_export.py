@@ -16,10 +16,12 @@ import sys
 import cv2
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
 
 from savedmodel.export import main as export_main
-from savedmodel.runtimes import METADATA_KEY, ExportedModel, ModelFileError
+from savedmodel.quantization import quantize_onnx
+from savedmodel.runtimes import METADATA_KEY, ExportedModel, ModelFileError, _open_openvino
 from support.savedmodel_fixtures import (
     SHAPES_CATEGORIES,
     TINY_TEST,
@@ -28,6 +30,7 @@ from support.savedmodel_fixtures import (
     shapes_val_images,
 )
 from tfdet.inference import Predictor
+from tfdet.preprocessing import prepared_inputs
 
 SERVING = ("TEST.RPN_POST_NMS_TOP_N", "50", "TEST.DETECTIONS_PER_IM", "160")
 
@@ -204,25 +207,55 @@ def test_export_refusals_are_one_line(tiny, tmp_path, capsys, monkeypatch, args,
     assert not list(tmp_path.iterdir())
 
 
-def test_int8_export_quantizes_the_convolutions(tiny, images, tmp_path):
-    """int8 (ONNX Runtime's static QDQ quantization, calibrated on the test images) runs in the runner; its
-    accuracy is measured on a trained model by benchmarks/runtime_precision.py."""
+def test_int8_quantizes_every_convolution_and_runs(exported, images, tmp_path):
+    """ONNX Runtime's static QDQ quantization of the float32 export, calibrated on two images: every convolution
+    reads int8 weights, and ONNX Runtime runs the result. Its accuracy is measured on trained models by
+    benchmarks/runtime_precision.py; the command line's int8 export is the slow test below."""
+    float32 = ExportedModel(exported["onnx"])
     path = tmp_path / "tiny_int8.onnx"
-    args = ["--cfg", str(tiny.config), "--weights", str(tiny.weights), "--format", "onnx", "--precision", "int8",
-            "--calibrate", str(images), "--out", str(path), *TINY_TEST, *SERVING]  # fmt: skip
-    assert export_main(args) == 0
+    quantize_onnx(exported["onnx"], path, sorted(images.glob("shapes*"))[:2], float32.metadata)
+    assert_convolutions_read_int8_weights(path)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    meta = float32.metadata
+    image = cv2.imread(str(sorted(images.glob("shapes*"))[0]))
+    inputs = prepared_inputs([image], meta["pixel_means"], meta["test_scale"], meta["test_max_size"], meta["stride"])
+    outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, inputs)))
+    assert {"num_detections", "boxes", "scores", "classes", "mask_probs", "keypoint_heatmaps"} <= set(outputs)
+
+
+def assert_convolutions_read_int8_weights(path):
     graph = onnx.load(str(path)).graph
     int8_weights = {init.name for init in graph.initializer if init.data_type == onnx.TensorProto.INT8}
     from_int8 = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in int8_weights}
     convolutions = [node for node in graph.node if node.op_type == "Conv"]
     assert convolutions and all(node.input[1] in from_int8 for node in convolutions)
+
+
+@pytest.mark.slow
+def test_int8_export_on_the_command_line(tiny, images, tmp_path):
+    path = tmp_path / "tiny_int8.onnx"
+    args = ["--cfg", str(tiny.config), "--weights", str(tiny.weights), "--format", "onnx", "--precision", "int8",
+            "--calibrate", str(images), "--out", str(path), *TINY_TEST, *SERVING]  # fmt: skip
+    assert export_main(args) == 0
+    assert_convolutions_read_int8_weights(path)
     model = ExportedModel(path)
     assert model.precision == "int8"
     result = model.predict(cv2.imread(str(sorted(images.glob("shapes*"))[0])))
     assert {"boxes", "scores", "classes", "masks", "keypoints", "keypoint_probs"} <= set(result)
 
 
-def test_openvino_bfloat16_export_says_what_it_computes_in(tiny, images, tmp_path):
+def test_openvino_computes_in_the_precision_asked_or_says_which(exported, images):
+    """bfloat16 where the CPU has it (AVX512-BF16, AMX), else float32, which the runner then reports."""
+    run, computed = _open_openvino(exported["openvino"]).compile("bfloat16")
+    assert computed in ("bfloat16", "float32")
+    meta = ExportedModel(exported["openvino"]).metadata
+    image = cv2.imread(str(sorted(images.glob("shapes*"))[0]))
+    outputs = run(prepared_inputs([image], meta["pixel_means"], meta["test_scale"], meta["test_max_size"], meta["stride"]))
+    assert outputs["mask_probs"].shape[-2:] == (14, 14) and outputs["keypoint_heatmaps"].ndim == 5
+
+
+@pytest.mark.slow
+def test_openvino_bfloat16_export_on_the_command_line(tiny, images, tmp_path):
     path = tmp_path / "tiny_bf16.xml"
     args = ["--cfg", str(tiny.config), "--weights", str(tiny.weights), "--format", "openvino", "--precision",
             "bfloat16", "--out", str(path), *TINY_TEST, *SERVING]  # fmt: skip
