@@ -12,6 +12,7 @@ Images of any size go in (dynamic shapes). The files appear complete or not at a
 names, then renamed).
 """
 
+import contextlib
 import json
 import os
 import pathlib
@@ -55,8 +56,9 @@ def export_for_runtime(cfg, weights, out, fmt, overwrite=False, dataset_json=Non
 
     out = check_format(fmt, out, precision, calibrate)
     check_exportable(cfg)
-    if fmt == "litert" and litert_refusal(cfg):
-        raise RuntimeExportError(f"--format litert: {litert_refusal(cfg)}; --format onnx or openvino exports it")
+    refusal = litert_refusal(cfg) if fmt == "litert" else None
+    if refusal:
+        raise RuntimeExportError(f"--format litert: {refusal}; --format onnx or openvino exports it")
     if out.exists() and not overwrite:
         raise RuntimeExportError(f"{out} already exists; pass --overwrite to replace it")
     _check_installed(fmt)
@@ -67,7 +69,7 @@ def export_for_runtime(cfg, weights, out, fmt, overwrite=False, dataset_json=Non
     model, categories = load_model_for_export(cfg, weights, dataset_json)
     metadata = json.dumps(model_metadata(categories, cfg, padding_stride(cfg), precision), ensure_ascii=False)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as work:
+    with tempfile.TemporaryDirectory() as work, _quiet_absl():
         work = pathlib.Path(work)
         saved = write_raw_saved_model(model, work / "saved")
         if fmt == "onnx":
@@ -83,6 +85,20 @@ def export_for_runtime(cfg, weights, out, fmt, overwrite=False, dataset_json=Non
         else:
             _write_openvino(saved, metadata, out)
     return out
+
+
+@contextlib.contextmanager
+def _quiet_absl():
+    """TensorFlow's Python-side absl warnings off the terminal while the converters reload the graph (its
+    custom gradients are not saved: serving never differentiates)."""
+    from absl import logging as absl_logging  # TensorFlow's own dependency
+
+    verbosity = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    try:
+        yield
+    finally:
+        absl_logging.set_verbosity(verbosity)
 
 
 def calibration_images(spec, count=CALIBRATION_IMAGES):
