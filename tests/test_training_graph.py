@@ -12,12 +12,22 @@ from support.training_fixtures import first_batch, shapes_roidb, tiny_cfg
 from tfdet.config import load_config
 from tfdet.engine.weights import export_final_weights
 from tfdet.inference import Predictor
-from tfdet.layers.training_targets import CollectProposals, RPNLosses, SampleRoIs, mask_boxes
+from tfdet.layers.training_targets import (
+    CollectProposals,
+    KeypointLoss,
+    MaskLoss,
+    RPNLosses,
+    SampleRoIs,
+    SelectedRoIs,
+    mask_boxes,
+)
 from tfdet.modeling import build_model
 from tfdet.modeling.detectron_names import model_blobs
 from tfdet.modeling.rpn import rpn_levels
 from tfdet.modeling.blob_transfer import copy_weights_by_blob_name
 from tfdet.modeling.training_graph import loss_terms
+from tfdet.ops.losses import keypoint_loss, mask_loss
+from tfdet.ops.mask_targets import mask_rcnn_targets, match_masks_to_rois
 
 MASK_HEAD = "mask_rcnn_heads.mask_rcnn_fcn_head_v1up4convs_gn"
 EXPECTED_OUTPUTS = {"loss_rpn_cls", "loss_rpn_bbox", "loss_cls", "loss_bbox", "accuracy_cls", "loss_mask", "loss_kps"}
@@ -229,3 +239,70 @@ def test_c4_and_rpn_only_training_graphs(batch, overrides, expected):
     assert all(math.isfinite(float(v)) for v in outputs.values())
     if "loss_mask" in expected:  # the mask head runs the box head's res5 layers: no second copy
         assert sum(layer.name == "res5" for layer in model.layers) == 1
+
+
+def test_selected_rois_keep_the_selected_slots_in_order_with_their_images():
+    rois = tf.reshape(tf.range(2 * 4 * 4, dtype=tf.float32), [2, 4, 4])
+    selected = tf.constant([[True, False, True, False], [False, False, False, True]])
+    boxes, images, slots = SelectedRoIs()([rois, selected])
+    assert slots.numpy().tolist() == [0, 2, 7] and images.numpy().tolist() == [0, 0, 1]
+    np.testing.assert_array_equal(boxes, tf.reshape(rois, [-1, 4]).numpy()[[0, 2, 7]])
+    boxes, images, slots = SelectedRoIs()([rois, tf.zeros([2, 4], tf.bool)])  # Detectron's one ignored RoI
+    assert slots.numpy().tolist() == [0] and images.numpy().tolist() == [0]
+
+
+def test_head_losses_on_the_selected_slots_equal_the_losses_over_every_padded_slot(rng):
+    """Mask and keypoint losses of the heads run on the foreground (weighted) slots alone equal the padded
+    layout's, whatever the logits of the other slots: those have no target and add nothing."""
+    batch, slots, side, classes = 2, 6, 4, 3
+    labels = tf.constant([[2, 1, 0, -1, -1, -1], [1, 0, 0, 0, -1, -1]], tf.int32)
+    rois = tf.constant(np.sort(rng.uniform(0, 30, size=(batch, slots, 2, 2)), axis=2).reshape(batch, slots, 4)
+                       [..., [0, 2, 1, 3]], tf.float32)
+    masks = tf.constant(rng.uniform(size=(batch, 2, 32, 32)) > 0.5, tf.uint8)
+    crowd, valid = tf.zeros([batch, 2], tf.bool), tf.ones([batch, 2], tf.bool)
+    image_info = tf.constant([[32, 32, 1.0]] * batch)
+    padded_logits = tf.constant(rng.normal(size=(batch * slots, side, side, classes)), tf.float32)
+    gt_index = match_masks_to_rois(rois, mask_boxes(masks), crowd, valid, image_info[:, 2])
+    targets = mask_rcnn_targets(rois, labels, masks, gt_index, image_info[:, 2], side)
+    padded = mask_loss(padded_logits, tf.reshape(targets, [-1, side, side]), tf.reshape(labels, [-1]))
+    _, _, fg = SelectedRoIs()([rois, labels > 0])
+    assert fg.numpy().tolist() == [0, 1, 6]
+    compact = MaskLoss(side)([tf.gather(padded_logits, fg), fg, rois, labels, masks, crowd, valid, image_info])
+    np.testing.assert_allclose(float(compact), float(padded), rtol=1e-6)
+    assert float(padded) > 0
+
+    keypoints, heatmap = 3, 5
+    weights = tf.constant(rng.uniform(size=(batch, slots, keypoints)) > 0.4, tf.float32) * tf.constant(
+        [[1, 1, 0, 0, 1, 0], [0, 1, 0, 0, 0, 0]], tf.float32)[..., None]
+    indices = tf.constant(rng.integers(0, heatmap * heatmap, size=(batch, slots, keypoints)), tf.int32)
+    heatmaps = tf.constant(rng.normal(size=(batch * slots, heatmap, heatmap, keypoints)), tf.float32)
+    _, _, weighted = SelectedRoIs()([rois, tf.reduce_any(weights > 0, axis=-1)])
+    for normalize in (True, False):
+        options = dict(normalize_by_visible=normalize, ims_per_batch=batch, batch_size_per_im=8, fg_fraction=0.25)
+        padded = keypoint_loss(heatmaps, tf.reshape(indices, [-1, keypoints]), tf.reshape(weights, [-1, keypoints]),
+                               **options)
+        compact = KeypointLoss(**options)([tf.gather(heatmaps, weighted), weighted, indices, weights])
+        np.testing.assert_allclose(float(compact), float(padded), rtol=1e-6)
+
+
+def test_mask_and_keypoint_heads_run_on_the_foreground_rois_only(cfg, training_model, batch):
+    """The mask head's RoIs are the sampled foreground RoIs (label > 0 in the leading slots); without ground
+    truth there are none: the heads run on one ignored slot (Detectron's rule), and both losses are 0 with
+    finite gradients."""
+    mask_rois, keypoint_rois = training_model.get_layer("mask_rois"), training_model.get_layer("keypoint_rois")
+    probe = keras.Model(training_model.input, {
+        "mask_rois": mask_rois.output[0], "foreground": mask_rois.input[1],
+        "keypoint_rois": keypoint_rois.output[0], "weighted": keypoint_rois.input[1],
+    })
+    seen = probe(model_inputs(training_model, batch), training=True)
+    foreground = int(np.sum(seen["foreground"]))
+    assert 0 < seen["mask_rois"].shape[0] == foreground < seen["foreground"].shape[0] * seen["foreground"].shape[1]
+    assert 0 < seen["keypoint_rois"].shape[0] == int(np.sum(seen["weighted"])) <= foreground
+
+    empty = dict(model_inputs(training_model, batch), num_gt=tf.zeros_like(batch["num_gt"]))
+    with tf.GradientTape() as tape:
+        outputs = training_model(empty, training=True)
+        total = tf.add_n(list(loss_terms(outputs).values()))
+    assert float(outputs["loss_mask"]) == 0.0 and float(outputs["loss_kps"]) == 0.0
+    gradients = tape.gradient(total, training_model.trainable_variables)
+    assert all(g is not None and bool(tf.reduce_all(tf.math.is_finite(g))) for g in gradients)

@@ -121,11 +121,12 @@ class RPNLosses(keras.layers.Layer):
             ))
 
         box_spec = tf.TensorSpec([None, 4], tf.float32)
-        labels, box_targets, inside, outside = _per_image(
-            targets,
-            (tf.stop_gradient(gt_boxes), gt_is_crowd, gt_valid, image_info, seeds),
-            (tf.TensorSpec([None], tf.int32), box_spec, box_spec, box_spec),
-        )
+        with tf.name_scope("targets"):
+            labels, box_targets, inside, outside = _per_image(
+                targets,
+                (tf.stop_gradient(gt_boxes), gt_is_crowd, gt_valid, image_info, seeds),
+                (tf.TensorSpec([None], tf.int32), box_spec, box_spec, box_spec),
+            )
         normalizer = self.batch_size_per_im if self.fpn else None
         loss_cls = rpn_objectness_loss(tf.concat(logits, axis=1), labels, per_image_normalizer=normalizer)
         loss_bbox = rpn_box_loss(tf.concat(deltas, axis=1), box_targets, inside, outside)
@@ -312,6 +313,36 @@ class SampleRoIs(keras.layers.Layer):
         return config
 
 
+class SelectedRoIs(keras.layers.Layer):
+    """The RoIs of the selected slots only: `[rois (B, S, 4), selected (B, S) bool]` -> rois (N, 4),
+    their image indices (N,) and their flat slot indices (N,) into B * S, N = the selected count.
+
+    The mask and keypoint heads run on these, as Detectron runs them on its foreground (keypoint) RoIs
+    alone: a slot that holds no such RoI has no target, so it adds nothing to the loss, and the heads'
+    convolutions skip it instead of computing on padding. With nothing selected the first slot is taken,
+    as Detectron takes one background RoI with an all-ignored target ("the network cannot handle empty
+    blobs", `roi_data/mask_rcnn.py`): it adds nothing to the loss either.
+    """
+
+    def call(self, inputs):
+        rois, selected = inputs
+        selected = tf.reshape(selected, [-1])
+        selected = selected | (~tf.reduce_any(selected) & tf.equal(tf.range(tf.size(selected)), 0))
+        slots = tf.cast(tf.where(selected)[:, 0], tf.int32)
+        image_indices = slots // tf.shape(rois)[1]
+        return tf.gather(tf.reshape(tf.stop_gradient(rois), [-1, 4]), slots), image_indices, slots
+
+    def compute_output_spec(self, inputs):
+        return (keras.KerasTensor((None, 4), "float32"), keras.KerasTensor((None,), "int32"),
+                keras.KerasTensor((None,), "int32"))
+
+
+def gather_slots(values, slots):
+    """Entries (N, ...) of the flat slot indices `slots` (N,) from per-image values (B, S, ...)."""
+    shape = tf.shape(values)
+    return tf.gather(tf.reshape(values, tf.concat([[shape[0] * shape[1]], shape[2:]], 0)), slots)
+
+
 class FastRCNNLosses(keras.layers.Layer):
     """`loss_cls`, `loss_bbox` and `accuracy_cls` of the box head on the sampled RoIs.
 
@@ -363,10 +394,11 @@ def mask_boxes(gt_masks):
 class MaskLoss(keras.layers.Layer):
     """`loss_mask`: Detectron's mask targets (`add_mask_rcnn_blobs`) and sigmoid loss on the mask RoIs.
 
-    Called on `[mask_logits (B*F, M, M, C), rois (B, F, 4), labels (B, F), gt_masks (B, G, H, W),
-    gt_is_crowd, gt_valid, image_info]`: the first F slots of `SampleRoIs` (every foreground RoI).
-    Each RoI is matched to the non-crowd ground truth whose mask box overlaps it best
-    (`match_masks_to_rois`), its target is that mask cropped to the RoI (`mask_rcnn_targets`);
+    Called on `[mask_logits (N, M, M, C), slots (N,), rois (B, F, 4), labels (B, F), gt_masks (B, G, H, W),
+    gt_is_crowd, gt_valid, image_info]`: `rois` and `labels` are the first F slots of `SampleRoIs` (every
+    foreground RoI), `slots` the flat indices of the N slots the mask head ran on (`SelectedRoIs`), every
+    foreground slot among them. Each RoI is matched to the non-crowd ground truth whose mask box overlaps it
+    best (`match_masks_to_rois`), its target is that mask cropped to the RoI (`mask_rcnn_targets`);
     non-foreground slots are ignored.
     """
 
@@ -377,16 +409,16 @@ class MaskLoss(keras.layers.Layer):
         self.loss_weight = float(loss_weight)
 
     def call(self, inputs):
-        mask_logits, rois, labels, gt_masks, gt_is_crowd, gt_valid, image_info = inputs
+        mask_logits, slots, rois, labels, gt_masks, gt_is_crowd, gt_valid, image_info = inputs
         rois = tf.stop_gradient(rois)
         scale = image_info[:, 2]
-        gt_index = match_masks_to_rois(rois, mask_boxes(gt_masks), gt_is_crowd, gt_valid, scale)
-        targets = mask_rcnn_targets(rois, labels, gt_masks, gt_index, scale, self.resolution)
-        side = self.resolution
+        with tf.name_scope("targets"):
+            gt_index = match_masks_to_rois(rois, mask_boxes(gt_masks), gt_is_crowd, gt_valid, scale)
+            targets = mask_rcnn_targets(rois, labels, gt_masks, gt_index, scale, self.resolution)
         return mask_loss(
             mask_logits,
-            tf.reshape(targets, [-1, side, side]),
-            tf.reshape(labels, [-1]),
+            gather_slots(targets, slots),
+            gather_slots(labels, slots),
             class_specific=self.class_specific,
             loss_weight=self.loss_weight,
         )
@@ -401,11 +433,12 @@ class MaskLoss(keras.layers.Layer):
 
 
 class KeypointLoss(keras.layers.Layer):
-    """`loss_kps`: the spatial softmax loss of the keypoint heatmaps (B*F, S, S, K) on their targets.
+    """`loss_kps`: the spatial softmax loss of the keypoint heatmaps (N, S, S, K) on their targets.
 
-    Called on `[heatmap_logits, keypoint_indices (B, F, K), keypoint_weights (B, F, K)]` from
-    `SampleRoIs`. normalize_by_visible False uses Detectron's normaliser with this replica's
-    ims_per_batch (TRAIN.IMS_PER_BATCH), batch_size_per_im and fg_fraction.
+    Called on `[heatmap_logits, slots (N,), keypoint_indices (B, F, K), keypoint_weights (B, F, K)]`:
+    the targets of `SampleRoIs`, `slots` the flat indices of the N keypoint slots the head ran on
+    (`SelectedRoIs`), every slot with a weight among them. normalize_by_visible False uses Detectron's
+    normaliser with this replica's ims_per_batch (TRAIN.IMS_PER_BATCH), batch_size_per_im and fg_fraction.
     """
 
     def __init__(self, normalize_by_visible=True, loss_weight=1.0, ims_per_batch=None, batch_size_per_im=None,
@@ -418,12 +451,11 @@ class KeypointLoss(keras.layers.Layer):
         self.fg_fraction = fg_fraction
 
     def call(self, inputs):
-        heatmaps, indices, weights = inputs
-        num_keypoints = heatmaps.shape[-1]
+        heatmaps, slots, indices, weights = inputs
         return keypoint_loss(
             heatmaps,
-            tf.reshape(indices, [-1, num_keypoints]),
-            tf.reshape(weights, [-1, num_keypoints]),
+            gather_slots(indices, slots),
+            gather_slots(weights, slots),
             normalize_by_visible=self.normalize_by_visible,
             loss_weight=self.loss_weight,
             ims_per_batch=self.ims_per_batch,

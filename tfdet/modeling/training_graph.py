@@ -18,7 +18,8 @@ here they are summed over the levels.)
 As Detectron's `_single_gpu_build_func` in training: the RPN is trained on its anchors; the TRAIN.*
 RPN proposals (FPN: the batch's top TRAIN.RPN_POST_NMS_TOP_N, `CollectProposals`) plus the ground
 truth are sampled into BATCH_SIZE_PER_IM RoIs per image for the box head; the mask head runs on the
-foreground slots of those samples, the keypoint head on its own keypoint samples. FREEZE_AT freezes
+foreground RoIs of those samples, the keypoint head on its own keypoint samples (only the slots that hold
+such a RoI: a variable count, as Detectron's blobs). FREEZE_AT freezes
 the stem and stages up to it (the body builders); TRAIN.FREEZE_CONV_BODY freezes the whole body
 (ResNet + FPN), Detectron's StopGradient on every body output. AffineChannel is always frozen.
 
@@ -40,6 +41,7 @@ from tfdet.layers.training_targets import (
     MaskLoss,
     RPNLosses,
     SampleRoIs,
+    SelectedRoIs,
     TrainingImInfo,
 )
 from tfdet.modeling.domain_adaptation import (
@@ -136,10 +138,10 @@ def _sample_rois(cfg, proposals, proposal_valid, inputs, gt_valid):
 
 
 def _add_mask_loss(cfg, body, box_head, samples, foreground_slots, inputs, gt_valid):
-    """Mask head on the foreground slots of the samples, then `loss_mask`."""
+    """Mask head on the foreground RoIs of the samples (their first slots, label > 0), then `loss_mask`."""
     fg_rois = samples["rois"][:, :foreground_slots]
     fg_labels = samples["labels"][:, :foreground_slots]
-    rois, box_indices = FlattenRoIs(name="mask_rois")(fg_rois)
+    rois, box_indices, slots = SelectedRoIs(name="mask_rois")([fg_rois, fg_labels > 0])
     mask_head = MASK_HEADS.get(cfg.MRCNN.ROI_MASK_HEAD)(cfg, body, rois, box_indices, box_head)
     mask_logits = add_mask_rcnn_outputs(cfg, mask_head).logits
     return MaskLoss(
@@ -147,12 +149,14 @@ def _add_mask_loss(cfg, body, box_head, samples, foreground_slots, inputs, gt_va
         class_specific=cfg.MRCNN.CLS_SPECIFIC_MASK,
         loss_weight=cfg.MRCNN.WEIGHT_LOSS_MASK,
         name="mask_loss",
-    )([mask_logits, fg_rois, fg_labels, inputs["gt_masks"], inputs["gt_is_crowd"], gt_valid, inputs["image_info"]])
+    )([mask_logits, slots, fg_rois, fg_labels, inputs["gt_masks"], inputs["gt_is_crowd"], gt_valid,
+       inputs["image_info"]])
 
 
 def _add_keypoint_loss(cfg, body, samples):
-    """Keypoint head on the keypoint samples, then `loss_kps`."""
-    rois, box_indices = FlattenRoIs(name="keypoint_rois")(samples["keypoint_rois"])
+    """Keypoint head on the keypoint samples that carry a target (a weighted keypoint), then `loss_kps`."""
+    weighted = keras.ops.any(samples["keypoint_weights"] > 0, axis=-1)
+    rois, box_indices, slots = SelectedRoIs(name="keypoint_rois")([samples["keypoint_rois"], weighted])
     heatmaps = add_keypoint_outputs(cfg, KEYPOINT_HEADS.get(cfg.KRCNN.ROI_KEYPOINTS_HEAD)(cfg, body, rois, box_indices))
     return KeypointLoss(
         normalize_by_visible=cfg.KRCNN.NORMALIZE_BY_VISIBLE_KEYPOINTS,
@@ -161,7 +165,7 @@ def _add_keypoint_loss(cfg, body, samples):
         batch_size_per_im=cfg.TRAIN.BATCH_SIZE_PER_IM,
         fg_fraction=cfg.TRAIN.FG_FRACTION,
         name="keypoint_loss",
-    )([heatmaps, samples["keypoint_indices"], samples["keypoint_weights"]])
+    )([heatmaps, slots, samples["keypoint_indices"], samples["keypoint_weights"]])
 
 
 def build_training_model(cfg):

@@ -79,13 +79,13 @@ def mask_rcnn_targets(rois, roi_labels, gt_masks, gt_index, image_scale, resolut
     images = tf.range(tf.cast(shape[0], tf.int64))[:, None]
     instance = images * tf.cast(num_gt, tf.int64) + tf.cast(tf.maximum(gt_index, 0), tf.int64)
     mask_base = (instance * tf.cast(height, tf.int64))[..., None, None]
-    flat_masks = tf.reshape(tf.cast(gt_masks, tf.float32), [-1])
+    flat_masks = tf.reshape(gt_masks, [-1])  # gathered in their own dtype: no float copy of every mask
     width64 = tf.cast(width, tf.int64)
 
     def tap(rows, cols):
         rows = tf.cast(rows, tf.int64)[..., :, None]
         cols = tf.cast(cols, tf.int64)[..., None, :]
-        return tf.gather(flat_masks, (mask_base + rows) * width64 + cols)
+        return tf.cast(tf.gather(flat_masks, (mask_base + rows) * width64 + cols), tf.float32)
 
     wy = wy[..., :, None]
     wx = wx[..., None, :]

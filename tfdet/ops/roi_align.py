@@ -243,10 +243,13 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1
                 pooled_crops(image, level_boxes[i], level_indices[i]) for i, image in enumerate(images)
             ])
 
+        # Taken here: the gradient then holds the images' shapes, not the images (a pyramid's worth of memory
+        # kept from the forward pass to the backward).
+        image_shapes = [tf.shape(image) for image in images]
+
         def gradient(upstream):
             if pool > 1:  # the mean's gradient: each of a cell's pool**2 samples gets 1 / pool**2 of it
                 upstream = tf.repeat(tf.repeat(upstream, pool, axis=1), pool, axis=2) / float(pool * pool)
-            image_shapes = [tf.shape(image) for image in images]
             image_gradients = _crop_and_resize_images_gradient(
                 upstream, crop_size, boxes, box_indices, levels if num_images > 1 else None, image_shapes
             )
@@ -275,12 +278,19 @@ def _crop_and_resize_images_gradient(upstream, crop_size, boxes, box_indices, le
     rows, row_weights = _lattice_corners(y1, y2, crop_h, heights)
     cols, col_weights = _lattice_corners(x1, x2, crop_w, widths)
     row_starts = _per_box(offsets) + (_per_box(box_indices) * _per_box(heights) + rows) * _per_box(widths)
-    # Every (row corner, column corner) pair of every sample at once: (R, h, w, 2, 2) pixels and weights.
-    pixels = tf.reshape(row_starts, [-1, crop_h, 1, 2, 1]) + tf.reshape(cols, [-1, 1, crop_w, 1, 2])
-    weights = tf.reshape(row_weights, [-1, crop_h, 1, 2, 1]) * tf.reshape(col_weights, [-1, 1, crop_w, 1, 2])
-    contributions = tf.expand_dims(tf.expand_dims(upstream, 3), 3) * tf.expand_dims(weights, -1)
-    total = tf.math.unsorted_segment_sum(_pixel_table(contributions), tf.reshape(pixels, [-1]),
-                                         tf.reduce_sum(sizes))
+    # One (row corner, column corner) pair of every sample at a time, each added into the running total:
+    # an (R, h, w, C) block of contributions alive at once, not all four pairs' (R, h, w, 2, 2, C).
+    total = None
+    for row_corner in range(2):
+        for col_corner in range(2):
+            pixels = (tf.reshape(row_starts[..., row_corner], [-1, crop_h, 1])
+                      + tf.reshape(cols[..., col_corner], [-1, 1, crop_w]))
+            weights = (tf.reshape(row_weights[..., row_corner], [-1, crop_h, 1])
+                       * tf.reshape(col_weights[..., col_corner], [-1, 1, crop_w]))
+            with tf.control_dependencies([] if total is None else [total]):
+                part = tf.math.unsorted_segment_sum(_pixel_table(upstream * tf.expand_dims(weights, -1)),
+                                                    tf.reshape(pixels, [-1]), tf.reduce_sum(sizes))
+            total = part if total is None else total + part
     if len(image_shapes) == 1:
         return [tf.reshape(total, image_shapes[0])]
     return [tf.reshape(part, shape) for part, shape in zip(tf.split(total, sizes, num=len(image_shapes)),
