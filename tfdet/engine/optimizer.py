@@ -182,7 +182,10 @@ class DetectronSGD(keras.optimizers.Optimizer):
         grad_factor, weight_decay = self._variable_rules[index]
         gradient = tf.cast(gradient, tf.float32)
         if weight_decay:
-            gradient = gradient + weight_decay * variable
+            # Computed once the gradient exists: the decay terms of every variable, computed as soon as the
+            # step starts, would otherwise sit in memory (the size of the model) through the whole backward pass.
+            with tf.control_dependencies([gradient]):
+                gradient = gradient + weight_decay * variable
         tf.raw_ops.ResourceApplyMomentum(
             var=variable.handle,
             accum=self.momentums[index].handle,

@@ -248,10 +248,8 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1
         image_shapes = [tf.shape(image) for image in images]
 
         def gradient(upstream):
-            if pool > 1:  # the mean's gradient: each of a cell's pool**2 samples gets 1 / pool**2 of it
-                upstream = tf.repeat(tf.repeat(upstream, pool, axis=1), pool, axis=2) / float(pool * pool)
             image_gradients = _crop_and_resize_images_gradient(
-                upstream, crop_size, boxes, box_indices, levels if num_images > 1 else None, image_shapes
+                upstream, crop_size, boxes, box_indices, levels if num_images > 1 else None, image_shapes, pool
             )
             return (None, None, None, *image_gradients)
 
@@ -262,9 +260,10 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1
     return crop(boxes, box_indices, levels, *images)
 
 
-def _crop_and_resize_images_gradient(upstream, crop_size, boxes, box_indices, levels, image_shapes):
+def _crop_and_resize_images_gradient(upstream, crop_size, boxes, box_indices, levels, image_shapes, pool=1):
     """The transpose of CropAndResize for the (N, H, W, C) images of `image_shapes`, given the gradient
-    (R, crop_h, crop_w, C) of its crops (`crop_size`): the images' pixels as one table, one segment sum."""
+    (R, crop_h / pool, crop_w / pool, C) of its crops (`crop_size`) averaged over pool x pool cells (each of
+    a cell's samples gets 1 / pool**2 of its gradient): the images' pixels as one table, segment sums."""
     crop_h, crop_w = crop_size
     shapes = tf.stack(image_shapes)
     sizes = tf.reduce_prod(shapes[:, :3], axis=1)
@@ -285,10 +284,14 @@ def _crop_and_resize_images_gradient(upstream, crop_size, boxes, box_indices, le
         for col_corner in range(2):
             pixels = (tf.reshape(row_starts[..., row_corner], [-1, crop_h, 1])
                       + tf.reshape(cols[..., col_corner], [-1, 1, crop_w]))
-            weights = (tf.reshape(row_weights[..., row_corner], [-1, crop_h, 1])
-                       * tf.reshape(col_weights[..., col_corner], [-1, 1, crop_w]))
+            # (R, cells_h, pool, cells_w, pool): each sample's weight, beside its cell's gradient
+            weights = (tf.reshape(row_weights[..., row_corner], [-1, crop_h // pool, pool, 1, 1])
+                       * tf.reshape(col_weights[..., col_corner], [-1, 1, 1, crop_w // pool, pool]))
+            if pool > 1:
+                weights = weights / float(pool * pool)
+            cells = upstream[:, :, None, :, None, :]
             with tf.control_dependencies([] if total is None else [total]):
-                part = tf.math.unsorted_segment_sum(_pixel_table(upstream * tf.expand_dims(weights, -1)),
+                part = tf.math.unsorted_segment_sum(_pixel_table(cells * tf.expand_dims(weights, -1)),
                                                     tf.reshape(pixels, [-1]), tf.reduce_sum(sizes))
             total = part if total is None else total + part
     if len(image_shapes) == 1:
