@@ -28,7 +28,7 @@ import tensorflow as tf
 from tfdet.config import load_config
 from tfdet.data import pipeline, shapes
 from tfdet.data.roidb import load_coco_roidb
-from tfdet.preprocessing import prepare_image
+from tfdet.imaging.preprocessing import prepare_image
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHAPES_CONFIG = ROOT / "configs" / "shapes_mask_keypoint_R-50-FPN.yaml"

@@ -132,7 +132,7 @@ def active_units(cfg, weights, dataset_name="shapes_val", num_images=8):
     import keras
     import numpy as np
 
-    from tfdet.image_io import read_image
+    from tfdet.imaging.image_io import read_image
     from tfdet.modeling import build_model
 
     spec = get_dataset(dataset_name)

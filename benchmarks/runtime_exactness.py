@@ -33,7 +33,7 @@ from savedmodel.runtime_export import FORMATS
 from savedmodel.runtimes import ExportedModel
 from tfdet.config import load_config
 from tfdet.evaluation.agreement import mask_iou
-from tfdet.image_io import read_image
+from tfdet.imaging.image_io import read_image
 from tfdet.inference import Predictor
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -35,7 +35,7 @@ from savedmodel.export import main as export_main
 from savedmodel.runtime_export import FORMATS
 from savedmodel.runtimes import ExportedModel
 from tfdet.config import load_config
-from tfdet.image_io import read_image
+from tfdet.imaging.image_io import read_image
 from tfdet.inference import Predictor
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -148,6 +148,7 @@ def pipeline_rate(trainer, batches):
 
 
 def rss_mb():
+    """Peak resident memory of the process so far (ru_maxrss), MB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
@@ -213,10 +214,12 @@ def main():
         trainer = Trainer(cfg, roidb=roidb, progress=False)
         built_rss = rss_mb()
         batch = next(iter(trainer.distributed_dataset(0)))
-        times = []
+        times, first_step_rss = [], None
         for step in range(args.warmup + args.runs):
             start = time.perf_counter()
             trainer.train_step(batch)
+            if step == 0:
+                first_step_rss = rss_mb()
             if step >= args.warmup:
                 times.append(time.perf_counter() - start)
         step_rss = rss_mb()
@@ -228,7 +231,8 @@ def main():
         wall = statistics.median(times)
         print(f"{pathlib.Path(args.config or protocol.CONFIG).name} {height}x{width} train step: median "
               f"{wall:.3f} s, min {min(times):.3f} s over {len(times)} steps; peak RSS {step_rss:.0f} MB "
-              f"(after building the model and optimizer: {built_rss:.0f} MB)")
+              f"(after building the model and optimizer: {built_rss:.0f} MB, after the first step, which traces: "
+              f"{first_step_rss:.0f} MB)")
         print_tables(*read_trace(str(logdir)), wall, args.top)
         rate = pipeline_rate(trainer, args.pipeline_batches)
         print(f"\ninput pipeline alone: {rate:.2f} images/s; the step consumes {trainer.global_batch / wall:.2f}")

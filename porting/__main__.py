@@ -15,7 +15,7 @@ ports a maskrcnn-benchmark checkpoint, read without torch, the same way (its `it
 RetinaNet checkpoint's predictions converted to Detectron's anchor order and box coding, listed).
 
 `--weights` may be a Detectron URL or a maskrcnn-benchmark `catalog://` name: downloaded once into tfdet's
-cache and md5-checked (tfdet.download); exit status 1 when that fails.
+cache and md5-checked (tfdet.weights.download); exit status 1 when that fails.
 
 `zoo --list [--sizes]` prints Detectron's trained models by name (porting.zoo_models: MODEL_ZOO.md and the GN
 models) with task, box / mask / keypoint AP and size (of the cached download; --sizes asks the server);

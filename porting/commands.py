@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 
 from porting.pickle_reader import WeightFileError
-from tfdet.download import DownloadError, resolve_weights
+from tfdet.weights.download import DownloadError, resolve_weights
 
 PRESERVED_FILE = "preserved_blobs.npz"
 INITIALISES = "the file then only initialises the model: its conflicts with the config are warned about"
@@ -133,7 +133,7 @@ def zoo(args):
 
 
 def _remote_sizes(models):
-    from tfdet.download import remote_size
+    from tfdet.weights.download import remote_size
 
     return {model.name: remote_size(model.url) for model in models}
 

@@ -1,6 +1,6 @@
 """Detectron's zoo by name, for the Python API: a model ported once into $TFDET_CACHE/zoo/NAME/ and reused.
 
-`ported_zoo_model(name)` downloads the model's model_final.pkl (md5-checked, tfdet.download: its errors are
+`ported_zoo_model(name)` downloads the model's model_final.pkl (md5-checked, tfdet.weights.download: its errors are
 DownloadError, one line) and ports it as `python -m porting zoo NAME --out DIR` does, into a temporary folder
 renamed to the cache's only when the port succeeded, so a folder there always holds a whole port
 (model.weights.h5 and config.yaml). An unknown name is porting.zoo_models.ZooError (one line, closest names).
@@ -14,7 +14,7 @@ import uuid
 
 from porting.commands import port_zoo_model
 from porting.zoo_models import zoo_model
-from tfdet.download import cache_folder, resolve_weights
+from tfdet.weights.download import cache_folder, resolve_weights
 
 PORTED_FILES = ("model.weights.h5", "config.yaml")
 

@@ -14,7 +14,7 @@ MODEL_ZOO.md's e2e_mask_rcnn_R-{50,101}-FPN_2x.
 import dataclasses
 import difflib
 
-from tfdet.download import DETECTRON_BASE_URL, download_root
+from tfdet.weights.download import DETECTRON_BASE_URL, download_root
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +32,8 @@ class ZooModel:
 
     @property
     def url(self) -> str:
-        """Its model_final.pkl at Detectron's base (tfdet.download fetches it from $TFDET_DETECTRON_URL if set)."""
+        """Its model_final.pkl at Detectron's base (tfdet.weights.download fetches it from
+        $TFDET_DETECTRON_URL if set)."""
         return f"{DETECTRON_BASE_URL}/{self.path}"
 
 

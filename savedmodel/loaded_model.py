@@ -1,7 +1,7 @@
 """The model an export writes: built from the config, every weight loaded from the file, and its classes."""
 
 from tfdet.config.support import check_supported
-from tfdet.weights_file import load_weights, weights_file
+from tfdet.weights.weights_file import load_weights, weights_file
 
 
 def check_exportable(cfg):

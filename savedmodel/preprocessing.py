@@ -1,4 +1,4 @@
-"""In-graph test-time image preparation for the SavedModel: `tfdet.preprocessing` (Detectron's
+"""In-graph test-time image preparation for the SavedModel: `tfdet.imaging.preprocessing` (Detectron's
 prep_im_for_blob and im_list_to_blob, which the Predictor runs with numpy and cv2) as TensorFlow
 ops, so that the served graph takes encoded or raw images.
 
@@ -14,7 +14,7 @@ from tfdet.ops.resize import resize_linear_cv2
 
 
 def prepare_image(image_bgr, pixel_means, target_size, max_size):
-    """`tfdet.preprocessing.prepare_image` as ops: (resized float32 image minus means, float64 scale)."""
+    """`tfdet.imaging.preprocessing.prepare_image` as ops: (resized float32 image minus means, float64 scale)."""
     image = subtract_means(image_bgr, pixel_means, tf.float64)
     scale = image_scale(tf.shape(image)[0], tf.shape(image)[1], target_size, max_size)
     resized = resize_linear_cv2(image, scale=scale)
@@ -28,7 +28,7 @@ def prepare_batch(count, image_at, pixel_means, target_size, max_size, stride):
     """Prepare `count` BGR images `image_at(i)` (sizes may differ) into the model's inputs.
 
     Returns `images` (B, H, W, 3) float32 zero-padded bottom-right, H and W rounded up to `stride`
-    when > 0 (`tfdet.preprocessing.batch_images`), `image_info` (B, 3) float32 = (original height,
+    when > 0 (`tfdet.imaging.preprocessing.batch_images`), `image_info` (B, 3) float32 = (original height,
     original width, scale) and `image_sizes` (B, 2) int32 = original (height, width).
     """
     tf.debugging.assert_positive(count, message="the request holds no image")

@@ -11,15 +11,15 @@ import logging
 import numpy as np
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
-from tfdet.image_io import read_image
-from tfdet.preprocessing import prepared_inputs
+from tfdet.imaging.image_io import read_image
+from tfdet.imaging.preprocessing import prepared_inputs
 
 QUANTIZED_OPS = ("Conv", "MatMul", "Gemm")
 
 
 def quantize_onnx(source, target, image_paths, metadata):
     """Write the int8 model of ONNX file `source` to `target`, calibrated on `image_paths` (read with
-    `tfdet.image_io.read_image`, prepared with the export's `metadata` values)."""
+    `tfdet.imaging.image_io.read_image`, prepared with the export's `metadata` values)."""
     # The quantizer logs advice on Python's root logger (pre-processing the model first): kept off the terminal.
     logging.disable(logging.WARNING)
     try:

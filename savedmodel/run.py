@@ -14,8 +14,8 @@ import argparse
 import sys
 
 from savedmodel.runtimes import ExportedModel, ModelFileError
-from tfdet.detection_writer import DetectionRun
-from tfdet.image_io import PICTURE_FORMATS, list_inputs
+from tfdet.imaging.image_io import PICTURE_FORMATS, list_inputs
+from tfdet.outputs.detection_writer import DetectionRun
 
 
 def build_parser():

@@ -64,7 +64,7 @@ def export_for_runtime(cfg, weights, out, fmt, overwrite=False, dataset_json=Non
     _check_installed(fmt)
     calibration = calibration_images(calibrate) if calibrate is not None else None
     from savedmodel.runtime_graph import write_raw_saved_model
-    from tfdet.preprocessing import padding_stride
+    from tfdet.imaging.preprocessing import padding_stride
 
     model, categories = load_model_for_export(cfg, weights, dataset_json)
     metadata = json.dumps(model_metadata(categories, cfg, padding_stride(cfg), precision), ensure_ascii=False)
@@ -103,8 +103,9 @@ def _quiet_absl():
 
 def calibration_images(spec, count=CALIBRATION_IMAGES):
     """Up to `count` image paths for calibration, evenly spread: a dataset name (coco:JSON:DIR, a registered or
-    catalog name) gives its json's images; otherwise an image, a folder or a glob (`tfdet.image_io.list_inputs`)."""
-    from tfdet.image_io import VIDEO_EXTENSIONS, list_inputs
+    catalog name) gives its json's images; otherwise an image, a folder or a glob
+    (`tfdet.imaging.image_io.list_inputs`)."""
+    from tfdet.imaging.image_io import VIDEO_EXTENSIONS, list_inputs
 
     if ":" in str(spec) or not pathlib.Path(spec).exists() and not any(c in str(spec) for c in "*?["):
         paths = _dataset_images(spec)

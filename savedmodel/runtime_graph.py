@@ -1,11 +1,11 @@
 """The graph every runtime export holds: the detector from prepared images to its raw detections.
 
 The runner prepares images and finishes detections as `tfdet.inference.Predictor` does, with the same
-TensorFlow-free code (`tfdet.preprocessing`, `tfdet.mask_paste`, `tfdet.keypoint_decoding`); the runtime runs
-only what lies between. Inputs: `images` (B, H, W, 3) float32, the resized, mean-subtracted BGR images padded
-into one blob, and `image_info` (B, 3) float32 rows (input height, input width, scale). Outputs (`RAW_OUTPUTS`):
-`num_detections` (B,) int32, `boxes` (B, D, 4) float32 x1, y1, x2, y2 in input pixels, `scores` (B, D),
-`classes` (B, D) int32, plus `mask_probs` (B, D, M, M) of each detection's class when MASK_ON and
+TensorFlow-free code (`tfdet.imaging.preprocessing`, `tfdet.imaging.mask_paste`, `tfdet.imaging.keypoint_decoding`); the
+runtime runs only what lies between. Inputs: `images` (B, H, W, 3) float32, the resized, mean-subtracted BGR images
+padded into one blob, and `image_info` (B, 3) float32 rows (input height, input width, scale). Outputs
+(`RAW_OUTPUTS`): `num_detections` (B,) int32, `boxes` (B, D, 4) float32 x1, y1, x2, y2 in input pixels, `scores`
+(B, D), `classes` (B, D) int32, plus `mask_probs` (B, D, M, M) of each detection's class when MASK_ON and
 `keypoint_heatmaps` (B, D, S, S, K) logits when KEYPOINTS_ON (keypoints are decoded by the runner: each box's
 heatmaps are resized to the box's own size, which no fixed-shape graph holds).
 """

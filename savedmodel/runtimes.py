@@ -15,9 +15,9 @@ import numpy as np
 from savedmodel.litert_runtime import open_litert
 from savedmodel.runtime_files import METADATA_KEY, ModelFileError, Opened, first_line
 from tfdet.data.coco_classes import ModelCategories
-from tfdet.keypoint_decoding import heatmaps_to_keypoints
-from tfdet.mask_paste import paste_masks
-from tfdet.preprocessing import as_bgr_image, prepared_inputs
+from tfdet.imaging.keypoint_decoding import heatmaps_to_keypoints
+from tfdet.imaging.mask_paste import paste_masks
+from tfdet.imaging.preprocessing import as_bgr_image, prepared_inputs
 
 METADATA_VERSION = 2
 RUNTIMES = {".onnx": "onnx", ".xml": "openvino", ".tflite": "litert"}

@@ -10,8 +10,8 @@ from savedmodel.loaded_model import check_exportable
 from savedmodel.preprocessing import prepare_batch, prepare_same_size_batch
 from tfdet.data.coco_classes import model_categories
 from tfdet.data.transforms import decode_bgr
+from tfdet.imaging.preprocessing import padding_stride
 from tfdet.ops.masks import paste_masks
-from tfdet.preprocessing import padding_stride
 
 
 class DetectionServingModule(tf.Module):

@@ -12,17 +12,17 @@ import pytest
 
 import tfdet.config
 import tfdet.data.model_labels
-import tfdet.download
 import tfdet.evaluate
 import tfdet.infer
 import tfdet.inference
-import tfdet.weights_file
+import tfdet.weights.download
+import tfdet.weights.weights_file
 from support.http_mirror import detectron_mirror  # noqa: F401 (fixture)
 from support.training_fixtures import TINY_CONFIG, tiny_cfg
 from tfdet.data import shapes
 from tfdet.data.coco_classes import model_categories
 from tfdet.modeling import build_model
-from tfdet.weights_file import KERAS_WEIGHTS, WeightsFile
+from tfdet.weights.weights_file import KERAS_WEIGHTS, WeightsFile
 
 SMALL = ["TEST.SCALE", "64", "TEST.MAX_SIZE", "64", "TEST.DETECTIONS_PER_IM", "5"]
 WEIGHTS_PATH = "tiny/model_final.weights.h5"  # below the mirror's base
@@ -30,8 +30,8 @@ WEIGHTS_URL = f"https://dl.fbaipublicfiles.com/detectron/{WEIGHTS_PATH}"  # tfde
 CHECKS = (
     tfdet.config.load_config,
     tfdet.config.check_supported,
-    tfdet.download.resolve_weights,
-    tfdet.weights_file.weights_file,
+    tfdet.weights.download.resolve_weights,
+    tfdet.weights.weights_file.weights_file,
     tfdet.data.model_labels.read_model_categories,
 )
 

@@ -22,7 +22,7 @@ from porting.__main__ import main as porting_main
 from porting.detectron_writer import model_to_blobs, write_detectron_pkl
 from support.savedmodel_fixtures import SHAPES_CATEGORIES, TINY_TEST, TinyModel, shapes_val_images
 from support.training_fixtures import TINY_CONFIG
-from tfdet import detection_writer, evaluate, infer
+from tfdet import evaluate, infer
 from tfdet.config import load_config
 from tfdet.data import shapes
 from tfdet.data.coco_classes import COCO_CATEGORY_IDS, COCO_CLASSES, ModelCategories, model_categories
@@ -36,6 +36,7 @@ from tfdet.data.model_labels import (
 from tfdet.data.roidb import load_coco_roidb
 from tfdet.engine.weights import export_final_weights
 from tfdet.modeling import build_model
+from tfdet.outputs import detection_writer
 
 # Non-contiguous dataset ids, not those of the shapes json (1..3): contiguous class c is json id OWN_IDS[c].
 OWN_IDS = (0, 3, 7, 12)

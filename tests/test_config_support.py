@@ -254,7 +254,7 @@ def test_x152_with_test_time_augmentation_infers_but_does_not_export():
 
 
 def test_zoo_training_accepts_weight_urls():
-    """Detectron's URLs are downloaded when training starts (tfdet.download, tests/test_download.py)."""
+    """Detectron's URLs are downloaded when training starts (tfdet.weights.download, tests/test_download.py)."""
     cfg = zoo_configs()["e2e_mask_rcnn_R-50-FPN_1x.yaml"]
     assert cfg.TRAIN.WEIGHTS.startswith("https://dl.fbaipublicfiles.com/detectron/")
     assert refusal(cfg, "training") is None

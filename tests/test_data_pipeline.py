@@ -12,7 +12,7 @@ from tfdet.config import load_config
 from tfdet.data import pipeline, shapes
 from tfdet.data import roidb as roidb_lib
 from tfdet.data.transforms import decode_rle_masks
-from tfdet.preprocessing import image_scale, prepare_image
+from tfdet.imaging.preprocessing import image_scale, prepare_image
 
 HEIGHT, WIDTH = 96, 128  # landscape shapes images
 

@@ -1,4 +1,4 @@
-"""Weights by Detectron URL and maskrcnn-benchmark catalog name (tfdet.download), against a loopback mirror.
+"""Weights by Detectron URL and maskrcnn-benchmark catalog name (tfdet.weights.download), against a loopback mirror.
 
 Detectron's `utils/io.py::cache_url` is the reference: the file is cached at its URL's path below the base, its
 md5 must equal the text of `URL.md5sum`, and a cached file is checked again at every use (one request: the
@@ -19,7 +19,7 @@ import pytest
 
 from support.http_mirror import DetectronMirror, detectron_mirror, unused_loopback_url  # noqa: F401 (fixture)
 from support.training_fixtures import TINY_CONFIG, tiny_cfg
-from tfdet.download import DownloadError, catalog_url, resolve_weights
+from tfdet.weights.download import DownloadError, catalog_url, resolve_weights
 
 R50 = "ImageNetPretrained/MSRA/R-50.pkl"
 SHAPES_VAL = ["--annotations", "{tmp}/shapes/val.json", "--images", "{tmp}/shapes/val"]
@@ -203,7 +203,7 @@ def test_ctrl_c_mid_download_leaves_nothing(tmp_path):
         # A terminal's process takes Ctrl-C with Python's default handler; a test worker may have left SIGINT ignored.
         code = (
             "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-            f"from tfdet.download import resolve_weights; resolve_weights({url!r})"
+            f"from tfdet.weights.download import resolve_weights; resolve_weights({url!r})"
         )
         child = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
         try:
@@ -246,7 +246,7 @@ def test_no_network_is_one_line_naming_the_url_and_where_to_put_the_file(tmp_pat
     ids=["infer", "evaluate", "evaluate-test-weights", "export", "porting-maskrcnn-benchmark"],
 )
 def test_every_weights_argument_downloads_detectron_urls(command, tmp_path, monkeypatch, capsys):
-    """Each command line hands its weights URL to tfdet.download (here no server answers: its one line)."""
+    """Each command line hands its weights URL to tfdet.weights.download (here no server answers: its one line)."""
     import importlib
 
     offline = unused_loopback_url()
@@ -264,9 +264,10 @@ def test_every_weights_argument_downloads_detectron_urls(command, tmp_path, monk
 
 
 def test_predictor_weights_download_detectron_urls(tmp_path, monkeypatch):
-    """Predictor(cfg, weights=URL) and savedmodel.export load through tfdet.weights_file.load_weights, which hands a
-    URL to tfdet.download before it touches the model (here nothing answers: the one-line DownloadError)."""
-    from tfdet.weights_file import load_weights
+    """Predictor(cfg, weights=URL) and savedmodel.export load through tfdet.weights.weights_file.load_weights,
+    which hands a URL to tfdet.weights.download before it touches the model (here nothing answers: the one-line
+    DownloadError)."""
+    from tfdet.weights.weights_file import load_weights
 
     offline = unused_loopback_url()
     monkeypatch.setenv("TFDET_DETECTRON_URL", offline)

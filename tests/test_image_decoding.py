@@ -21,7 +21,7 @@ from tfdet.config import load_config
 from tfdet.data import pipeline
 from tfdet.data.roidb import ImageRecord, Roidb
 from tfdet.data.transforms import decode_bgr
-from tfdet.image_io import UnreadableImage, read_image
+from tfdet.imaging.image_io import UnreadableImage, read_image
 
 ORIENTATION = 0x0112
 STORED = (60, 100)  # height, width as stored: orientations 5-8 display it 100 high, 60 wide

@@ -1,5 +1,6 @@
 """The package's layering, read from its source: no import circle among tfdet, porting and savedmodel, and
-`tfdet.modeling` never imports `tfdet.data` (at any level, lazy imports included); what serves a model
+`tfdet.modeling` never imports `tfdet.data` (at any level, lazy imports included); `tfdet.imaging` imports neither
+TensorFlow nor Keras nor a tfdet module outside it (the runner without TensorFlow uses it); what serves a model
 (`tfdet.inference`, `savedmodel.export`) loads neither pycocotools nor the training data pipeline or the shapes
 generator, checked in a fresh interpreter. The tests' own layout: what they share lives in tests/support/, and no
 test module or support module imports a test module or conftest."""
@@ -94,6 +95,22 @@ def test_modeling_never_imports_data():
         for path in sorted((PACKAGE / "modeling").rglob("*.py"))
     }
     assert {path: names for path, names in offenders.items() if names} == {}
+
+
+def outside_imaging(name):
+    """Whether an imported module is one `tfdet.imaging` may not import: TensorFlow, Keras, tfdet outside imaging/."""
+    top = name.split(".")[0]
+    return top in ("tensorflow", "keras") or (top == "tfdet" and not name.startswith("tfdet.imaging"))
+
+
+def test_imaging_imports_no_tensorflow():
+    """`tfdet.imaging` is the image code `savedmodel.run` shares with the Predictor, where TensorFlow may not be
+    installed: none of its modules imports TensorFlow or Keras, or a tfdet module outside the folder."""
+    offenders = {
+        str(path.relative_to(REPO_ROOT)): sorted(filter(outside_imaging, imported_modules(path)))
+        for path in sorted((PACKAGE / "imaging").rglob("*.py"))
+    }
+    assert offenders and {path: names for path, names in offenders.items() if names} == {}
 
 
 def test_serving_imports_no_training_data_code():

@@ -23,10 +23,10 @@ from support.training_fixtures import ONE_SAMPLE_ROI_ALIGN
 from support.video_fixtures import decode_like_prepare_data_2d_custom, write_video
 from tfdet.config import load_config
 from tfdet.data.coco_classes import model_categories
-from tfdet.image_io import UnreadableImage, list_inputs, pdf_page_with_image, read_image, write_picture
+from tfdet.imaging.image_io import UnreadableImage, list_inputs, pdf_page_with_image, read_image, write_picture
 from tfdet.infer import UsageError, check_usage, main, parse_args, run
 from tfdet.inference import Predictor
-from tfdet.videopose3d import VideoPose3DArchive
+from tfdet.outputs.videopose3d import VideoPose3DArchive
 
 MODEL_OVERRIDES = ["TEST.SCORE_THRESH", "0.0", "TEST.DETECTIONS_PER_IM", "8", "TEST.RPN_PRE_NMS_TOP_N", "300",
                    "TEST.RPN_POST_NMS_TOP_N", "100", *ONE_SAMPLE_ROI_ALIGN]  # fmt: skip

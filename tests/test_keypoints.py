@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from support.numpy_reference import detectron_heatmaps_to_keypoints
 from support.savedmodel_fixtures import heatmap_cell_size
-from tfdet.keypoint_decoding import heatmaps_to_keypoints as numpy_heatmaps_to_keypoints
+from tfdet.imaging.keypoint_decoding import heatmaps_to_keypoints as numpy_heatmaps_to_keypoints
 from tfdet.ops.keypoints import heatmaps_to_keypoints
 from tfdet.ops.resize import resize_cubic_cv2
 
@@ -170,7 +170,7 @@ def test_keypoints_of_float_noise_boxes_lie_within_a_cell():
 
 @pytest.mark.parametrize("num_keypoints, min_size", [(17, 0), (5, 0), (4, 0), (1, 0), (17, 64)])
 def test_numpy_decoding_matches_the_graphs(rng, num_keypoints, min_size):
-    """`tfdet.keypoint_decoding` (what runners without TensorFlow decode with) gives the model's decoding: the
+    """`tfdet.imaging.keypoint_decoding` (what runners without TensorFlow decode with) gives the model's decoding: the
     same positions, logits within a float32 step and probabilities within summation order, for any keypoint
     count (cv2 takes IPP's cubic kernel for 1, 3 or 4 channels, OpenCV's own otherwise, whose vector code rounds
     a 5-channel map's sums in another order than a 17-channel one's; the graph reproduces OpenCV's own)."""

@@ -25,8 +25,8 @@ from savedmodel.litert_runtime import open_litert, read_metadata
 from savedmodel.runtime_export import RuntimeExportError
 from savedmodel.runtimes import ModelFileError, model_metadata
 from support.savedmodel_fixtures import SHAPES_CATEGORIES, TinyModel, assert_same_detections, shapes_val_images
+from tfdet.imaging.preprocessing import padding_stride
 from tfdet.inference import Predictor
-from tfdet.preprocessing import padding_stride
 
 # Score threshold 0.62: just above the best score of the white image (0.616), which then has no detection, while the
 # others keep 5 to 14 (LiteRT's scores are within 1e-4 of the Predictor's).

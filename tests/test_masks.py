@@ -1,5 +1,5 @@
 """Mask paste against Detectron's `segm_results`, run literally with numpy and cv2.resize: the graph op
-(`tfdet.ops.masks`, the SavedModel's) and the Predictor's NumPy/cv2 paste (`tfdet.mask_paste`).
+(`tfdet.ops.masks`, the SavedModel's) and the Predictor's NumPy/cv2 paste (`tfdet.imaging.mask_paste`).
 
 Our resize reproduces cv2's float32 INTER_LINEAR bit for bit as x86 builds run it (OpenCV hands
 single-channel float32 resizes to Intel IPP): there soft and binary masks must be identical.
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdet import mask_paste
+from tfdet.imaging import mask_paste
 from tfdet.ops.masks import paste_masks, paste_masks_soft
 from tfdet.ops.resize import resize_linear_cv2
 
@@ -262,7 +262,7 @@ def predictor_paste_cases(rng):
 
 
 def test_predictor_paste_is_detectrons(rng, paste):
-    """tfdet.mask_paste runs Detectron's own cv2 calls on each box's region: identical to segm_results, and to
+    """tfdet.imaging.mask_paste runs Detectron's own cv2 calls on each box's region: identical to segm_results, and to
     the graph op where cv2 uses IPP (which the op reproduces)."""
     for masks, boxes, height, width, threshold in predictor_paste_cases(rng):
         ours = mask_paste.paste_masks(masks, boxes, height, width, threshold)

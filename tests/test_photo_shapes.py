@@ -8,7 +8,7 @@ from pycocotools.coco import COCO
 
 from tfdet.data import photo_shapes
 from tfdet.data.shapes import CATEGORY_NAMES, KEYPOINT_NAMES
-from tfdet.image_io import read_image
+from tfdet.imaging.image_io import read_image
 
 DEMO_PHOTO = pathlib.Path(__file__).resolve().parents[1] / "demo" / "24274813513_0cfd2ce6d0_k.jpg"
 

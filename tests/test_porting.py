@@ -107,7 +107,7 @@ def test_file_without_bbox_reg_weights_uses_unit_weights(cfg, source, scratch_pa
     assert target.get_layer("detections").bbox_reg_weights == (1.0, 1.0, 1.0, 1.0)
 
 
-# Two R-50 Predictors traced (~1 min on 2 cores). By default, a .pkl through `tfdet.weights_file.load_weights`
+# Two R-50 Predictors traced (~1 min on 2 cores). By default, a .pkl through `tfdet.weights.weights_file.load_weights`
 # (what Predictor(cfg, "x.pkl") runs) giving the source model's detections is checked by
 # test_savedmodel.py::test_serving_default_batch_matches_predictor[mask_rcnn] (exported from a .pkl), and
 # Predictor on a .pkl by test_infer.py::test_mask_rcnn_subprocess_with_detectron_command_line.

@@ -32,8 +32,8 @@ from support.numpy_backbones import (
 from support.numpy_heads import fc, fpn_level, roi_align, sigmoid, softmax
 from support.paths import shared_path
 from tfdet.config import load_config
+from tfdet.imaging.preprocessing import batch_images, prepare_image
 from tfdet.modeling import build_model
-from tfdet.preprocessing import batch_images, prepare_image
 
 CONFIG = shared_path("detectron", "configs", "12_2017_baselines", "e2e_mask_rcnn_R-50-FPN_1x.yaml")
 OVERRIDES = ["TEST.SCALE", "160", "TEST.MAX_SIZE", "256"]

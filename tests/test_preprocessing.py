@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from support.numpy_reference import PIXEL_MEANS, detectron_prep
-from tfdet.preprocessing import batch_images, prepare_image, subtract_means
+from tfdet.imaging.preprocessing import batch_images, prepare_image, subtract_means
 
 
 @pytest.mark.parametrize("shape", [(480, 640, 3), (1000, 300, 3), (333, 333, 3), (2, 5000, 3)])
@@ -46,11 +46,11 @@ def test_size_divisibility_pads_every_input_path(tmp_path):
     import tensorflow as tf
 
     from savedmodel.preprocessing import prepare_batch
-    from tfdet.config import ConfigError, check_supported, load_config
-    from tfdet.data.pipeline import build_train_dataset
-    from tfdet.preprocessing import model_inputs, padding_stride
     from support.paths import shared_path
     from support.training_fixtures import shapes_roidb
+    from tfdet.config import ConfigError, check_supported, load_config
+    from tfdet.data.pipeline import build_train_dataset
+    from tfdet.imaging.preprocessing import model_inputs, padding_stride
 
     zoo = shared_path("detectron", "configs", "12_2017_baselines")
     small = ["TRAIN.SCALES", "(100,)", "TRAIN.MAX_SIZE", "150"]

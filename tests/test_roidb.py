@@ -15,7 +15,7 @@ from tfdet.data import roidb as roidb_lib
 from tfdet.data.catalog import DatasetSpec, check_evaluation_dataset
 from tfdet.data.coco_json import DatasetError
 from tfdet.evaluation.results import contiguous_to_json_ids
-from tfdet.image_io import UnreadableImage, read_image
+from tfdet.imaging.image_io import UnreadableImage, read_image
 
 HEIGHT, WIDTH = 50, 60
 KEYPOINT_NAMES = ["nose", "left_eye", "right_eye", "hand_left", "hand_right", "leftover"]

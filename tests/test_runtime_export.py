@@ -29,8 +29,8 @@ from support.savedmodel_fixtures import (
     assert_same_detections,
     shapes_val_images,
 )
+from tfdet.imaging.preprocessing import prepared_inputs
 from tfdet.inference import Predictor
-from tfdet.preprocessing import prepared_inputs
 
 SERVING = ("TEST.RPN_POST_NMS_TOP_N", "50", "TEST.DETECTIONS_PER_IM", "160")
 

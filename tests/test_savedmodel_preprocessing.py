@@ -1,4 +1,4 @@
-"""The SavedModel's in-graph image preparation against tfdet.preprocessing (Detectron's
+"""The SavedModel's in-graph image preparation against tfdet.imaging.preprocessing (Detectron's
 prep_im_for_blob + im_list_to_blob with cv2), which the Predictor uses, and its pieces against
 OpenCV: JPEG decoding and `resize_linear_cv2` by scale."""
 
@@ -9,8 +9,8 @@ import tensorflow as tf
 
 from savedmodel.preprocessing import prepare_batch, prepare_image, prepare_same_size_batch
 from support.paths import shared_path
-from tfdet import preprocessing
 from tfdet.data.transforms import decode_bgr
+from tfdet.imaging import preprocessing
 from tfdet.ops.resize import resize_linear_cv2
 
 MEANS = np.array([[[102.9801, 115.9465, 122.7717]]])

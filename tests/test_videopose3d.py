@@ -26,9 +26,9 @@ from support.paths import REPO_ROOT, shared_path
 from support.training_fixtures import AFFINE_BODY, ONE_SAMPLE_ROI_ALIGN, TINY_CONFIG, tiny_cfg
 from support.video_fixtures import decode_like_prepare_data_2d_custom, write_video
 from tfdet import infer, infer_video
-from tfdet.image_io import list_inputs
+from tfdet.imaging.image_io import list_inputs
 from tfdet.inference import Predictor
-from tfdet.videopose3d import PortablePickler, VideoPose3DArchive, write_npy
+from tfdet.outputs.videopose3d import PortablePickler, VideoPose3DArchive, write_npy
 
 # A person-only, 17-keypoint model (what VideoPose3D's scripts assume) whose every frame has detections.
 PERSON_MODEL = ["MODEL.NUM_CLASSES", "2", "KRCNN.NUM_KEYPOINTS", "17", "MODEL.MASK_ON", "False", "TEST.SCORE_THRESH",

@@ -1,5 +1,5 @@
-"""What a weights argument names, decided once (`tfdet.weights_file`) for the Predictor, the exporter, evaluation,
-tfdet.infer and TRAIN.WEIGHTS: kinds, and one-line errors for a missing or unknown file."""
+"""What a weights argument names, decided once (`tfdet.weights.weights_file`) for the Predictor, the exporter,
+evaluation, tfdet.infer and TRAIN.WEIGHTS: kinds, and one-line errors for a missing or unknown file."""
 
 import pickle
 
@@ -10,7 +10,7 @@ import tensorflow as tf
 from support.training_fixtures import TINY_CONFIG
 from tfdet.config import load_config
 from tfdet.inference import Predictor
-from tfdet.weights_file import (
+from tfdet.weights.weights_file import (
     DETECTRON_PICKLE,
     KERAS_WEIGHTS,
     TRAINING_CHECKPOINT,

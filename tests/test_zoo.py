@@ -22,7 +22,7 @@ from support.detectron_fixtures import detectron_cfg_yaml, momentum_junk, random
 from support.http_mirror import detectron_mirror  # noqa: F401 (fixture)
 from support.paths import shared_path
 from support.training_fixtures import TINY_CONFIG
-from tfdet.download import C2_DETECTRON_CATALOG, catalog_url
+from tfdet.weights.download import C2_DETECTRON_CATALOG, catalog_url
 
 BASE = "https://dl.fbaipublicfiles.com/detectron"
 

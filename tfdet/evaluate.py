@@ -41,9 +41,9 @@ from tfdet.evaluation import (
     write_results,
 )
 from tfdet.evaluation.coco_evaluator import iou_types_of, keypoint_names
-from tfdet.image_io import UnreadableImage, read_image, write_picture
+from tfdet.imaging.image_io import UnreadableImage, read_image, write_picture
 from tfdet.startup import freeze_imports
-from tfdet.weights_file import weights_file
+from tfdet.weights.weights_file import weights_file
 
 VIS_KEYPOINT_THRESHOLD = 2.0  # vis_one_image's kp_thresh, which test_net leaves at its default
 

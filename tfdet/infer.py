@@ -7,7 +7,7 @@
 The second form is Detectron's `tools/infer_simple.py` command line (its flags `--wts`,
 `--output-dir`, `--image-ext`, `--output-ext`, `--always-out`, `--thresh`, `--kp-thresh` work as
 there). Trailing KEY VALUE pairs override config keys (e.g. `TEST.SCALE 600`). W may be a Detectron URL or
-`catalog://` name (downloaded once, md5-checked: tfdet.download); `--zoo NAME` takes a Detectron zoo model
+`catalog://` name (downloaded once, md5-checked: tfdet.weights.download); `--zoo NAME` takes a Detectron zoo model
 by name instead of --cfg and --weights, ported once into $TFDET_CACHE/zoo/NAME (porting.zoo).
 
 Written to the output folder, each named after its input file (Detectron's `<file name>.<ext>`):
@@ -16,7 +16,7 @@ Written to the output folder, each named after its input file (Detectron's `<fil
   picture unless --always-out is given. An image under 512 px on its shorter side is drawn enlarged by
   a whole factor, its boxes on the same pixels, so that every label can be read (`tfdet.visualize`);
 - `<name>.mp4`: for a video, every frame annotated (mp4v);
-- `<name>.npz`: with --videopose3d, VideoPose3D's 2D detections of a video (`tfdet.videopose3d`);
+- `<name>.npz`: with --videopose3d, VideoPose3D's 2D detections of a video (`tfdet.outputs.videopose3d`);
 - `detections.json`: COCO results (every detection the model keeps, whatever --thresh) of the whole
   run, and `images.json`: the COCO `images` (ids, file names, sizes; video frames have `frame`)
   and `categories` they refer to, so `COCO("images.json").loadRes("detections.json")` works.
@@ -40,12 +40,12 @@ from tfdet.config import ConfigError, check_supported, load_config
 from tfdet.console import add_verbose_flag
 from tfdet.data.coco_classes import model_categories
 from tfdet.data.model_labels import read_model_categories
-from tfdet.detection_writer import DetectionRun
 from tfdet.evaluation.results import KEYPOINT_CONFIDENCES
-from tfdet.image_io import PICTURE_FORMATS, list_inputs
+from tfdet.imaging.image_io import PICTURE_FORMATS, list_inputs
 from tfdet.inference import Predictor
+from tfdet.outputs.detection_writer import DetectionRun
 from tfdet.startup import freeze_imports
-from tfdet.weights_file import weights_file
+from tfdet.weights.weights_file import weights_file
 
 
 class UsageError(Exception):

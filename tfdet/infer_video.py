@@ -5,18 +5,18 @@
 VideoPose3D's Detectron script (copied into Detectron's tools/ and run there) with only the program
 name changed. As there, a folder means its `*.<image-ext>` files (a non-recursive, case-sensitive
 glob), anything else one video; each video gets `<output-dir>/<video file name>.npz`, the 2D
-detections VideoPose3D's `data/prepare_data_2d_custom.py` reads (`tfdet.videopose3d`).
+detections VideoPose3D's `data/prepare_data_2d_custom.py` reads (`tfdet.outputs.videopose3d`).
 
 It runs `python -m tfdet.infer --videopose3d --no-vis` (which also writes `detections.json` and
 `images.json` beside the archives; prepare_data_2d_custom.py reads only `*.npz`). Differences:
 - `--image-ext` defaults to mp4 (as in VideoPose3D's Detectron2 script, infer_video_d2.py): the
   Detectron script inherits infer_simple.py's jpg, which selects pictures, not videos;
-- every input must have a video extension tfdet reads (`tfdet.image_io.VIDEO_EXTENSIONS`): otherwise a
+- every input must have a video extension tfdet reads (`tfdet.imaging.image_io.VIDEO_EXTENSIONS`): otherwise a
   one-line error;
 - a folder without such videos is an error, where the script silently writes nothing;
 - trailing KEY VALUE pairs override config keys, as for `tfdet.infer`.
 `--wts` may be a Detectron URL, as in VideoPose3D's instructions: downloaded once and md5-checked, as Detectron
-does (`tfdet.download`; $TFDET_CACHE, $TFDET_DETECTRON_URL).
+does (`tfdet.weights.download`; $TFDET_CACHE, $TFDET_DETECTRON_URL).
 `--always-out`, `--output-ext`, `--thresh` and `--kp-thresh` (infer_simple.py's picture options)
 are accepted and, as in VideoPose3D's script, change nothing: no pictures are written.
 """
@@ -32,7 +32,7 @@ import os
 import sys
 
 from tfdet.console import add_verbose_flag
-from tfdet.image_io import VIDEO_EXTENSIONS, is_video, list_inputs
+from tfdet.imaging.image_io import VIDEO_EXTENSIONS, is_video, list_inputs
 
 
 class UsageError(Exception):

@@ -8,12 +8,12 @@ from tfdet.config import Config, check_supported, load_config
 from tfdet.data.coco_classes import model_categories
 from tfdet.data.model_labels import read_model_categories
 from tfdet.graph_options import cpu_graph_options
+from tfdet.imaging.mask_paste import paste_masks
+from tfdet.imaging.preprocessing import as_bgr_image, model_inputs
 from tfdet.layers import placeholder_initialization
-from tfdet.mask_paste import paste_masks
 from tfdet.modeling import build_model
-from tfdet.preprocessing import as_bgr_image, model_inputs
 from tfdet.test_time_augmentation import TestTimeAugmentation, uses_test_time_augmentation
-from tfdet.weights_file import load_weights, weights_file
+from tfdet.weights.weights_file import load_weights, weights_file
 
 
 class Predictor:
@@ -22,7 +22,7 @@ class Predictor:
     `cfg` is a Config or a path to a Detectron YAML; `weights` a `.weights.h5` file of ours, a
     Detectron `.pkl` (ported on the fly), a Detectron URL or `catalog://` name (downloaded and md5-checked), or
     None for the builder's random initialisation. Each is checked here, once: the config's keys
-    (`check_supported(cfg, "inference")`), the weights file (`tfdet.weights_file.weights_file`: a missing or
+    (`check_supported(cfg, "inference")`), the weights file (`tfdet.weights.weights_file.weights_file`: a missing or
     unknown file is one FileNotFoundError line, before anything is built) and the classes it stores.
     `categories` (a `tfdet.data.coco_classes.ModelCategories`) says what its class ids mean: the classes
     stored in the weights file, else COCO's for 81 classes, else the ids (`model_categories`).
@@ -41,7 +41,7 @@ class Predictor:
     @classmethod
     def from_checked(cls, cfg, weights, categories):
         """A Predictor of inputs its caller has already checked, each once: `cfg` a Config that passed
-        `check_supported(cfg, "inference")`, `weights` a `tfdet.weights_file.WeightsFile` (a local file of a
+        `check_supported(cfg, "inference")`, `weights` a `tfdet.weights.weights_file.WeightsFile` (a local file of a
         known kind; a URL already downloaded) or None, `categories` the ModelCategories its class ids mean
         (`model_categories` of the classes the weights store and of the dataset json the command was given)."""
         predictor = cls.__new__(cls)
@@ -113,7 +113,7 @@ class Predictor:
 
     def _mask_paster(self, image_size):
         """(N, M, M) soft masks and their boxes -> (N, H, W) boolean masks of an image of `image_size` (H, W),
-        pasted as Detectron's segm_results does (`tfdet.mask_paste`)."""
+        pasted as Detectron's segm_results does (`tfdet.imaging.mask_paste`)."""
         height, width = int(image_size[0]), int(image_size[1])
         threshold = self.cfg.MRCNN.THRESH_BINARIZE
         return lambda probs, boxes: paste_masks(probs, boxes, height, width, threshold)

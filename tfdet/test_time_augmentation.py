@@ -20,12 +20,12 @@ import tensorflow as tf
 
 from tfdet.config.errors import ConfigError
 from tfdet.data.keypoint_names import flip_permutation
+from tfdet.imaging.preprocessing import as_bgr_image, model_inputs
+from tfdet.modeling.blob_transfer import copy_weights_by_blob_name
 from tfdet.modeling.test_settings import soft_nms_setting, voting_setting
 from tfdet.modeling.test_time_models import build_test_time_models
-from tfdet.modeling.blob_transfer import copy_weights_by_blob_name
 from tfdet.ops.keypoints import heatmaps_to_keypoints
 from tfdet.ops.nms import BoxVoting, SoftNMS, per_class_nms
-from tfdet.preprocessing import as_bgr_image, model_inputs
 
 MASK_HEURISTICS = ("SOFT_AVG", "SOFT_MAX", "LOGIT_AVG")
 KEYPOINT_HEURISTICS = ("HM_AVG", "HM_MAX")

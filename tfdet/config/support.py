@@ -625,7 +625,7 @@ SUPPORT = {
     "EXPECTED_RESULTS_ATOL": _EXPECTED_ONLY,
     "EXPECTED_RESULTS_SIGMA_TOL": _EXPECTED_ONLY,
     "EXPECTED_RESULTS_EMAIL": _EXPECTED_ONLY,
-    # Weight URLs are cached there (tfdet.download); its default, Detectron's /tmp/detectron-download-cache,
+    # Weight URLs are cached there (tfdet.weights.download); its default, Detectron's /tmp/detectron-download-cache,
     # means tfdet's cache ($TFDET_CACHE/detectron). PROPOSAL_FILES, Detectron's other URL keys, are refused.
     "DOWNLOAD_CACHE": Implemented("tests/test_download.py::test_download_cache_key_moves_the_cache"),
     "CLUSTER.ON_CLUSTER": NoEffect(

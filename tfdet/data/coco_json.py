@@ -236,7 +236,7 @@ def check_image_files(path, images, image_dir):
 
     OpenCV picks a decoder by the file's first bytes (its signature) for cv2.imread and cv2.imdecode alike;
     `cv2.haveImageReader` asks that question of the file without decoding it (a few microseconds each). A file
-    whose signature is right but whose body is damaged passes here and fails when `tfdet.image_io` reads it.
+    whose signature is right but whose body is damaged passes here and fails when `tfdet.imaging.image_io` reads it.
     """
     files = [(image, os.path.join(image_dir, image["file_name"])) for image in images.values()]
     missing = [(image, file) for image, file in files if not os.path.exists(file)]

@@ -18,7 +18,7 @@ import cv2
 import numpy as np
 
 from tfdet.data.shapes import JPEG_QUALITY, categories, distinct_colour, polygon_mask, random_shape, shape_annotation
-from tfdet.image_io import read_image
+from tfdet.imaging.image_io import read_image
 
 NUM_SHAPES = 4
 SIZE_RANGE = (0.15, 0.35)  # shape size as a fraction of the photo's longer side

@@ -8,12 +8,12 @@ pure TensorFlow ops, so that parallel map calls never take the GIL:
   (`_shuffle_roidb_inds`), so no batch mixes orientations; without it, one permutation cut to a
   multiple of the batch size. Either way a few images (fewer than a batch per group) sit out each
   epoch, different ones every epoch. The stream repeats forever (training counts iterations).
-- Per image: the file read as inference reads it (`tfdet.image_io.read_image`: OpenCV, EXIF orientation
+- Per image: the file read as inference reads it (`tfdet.imaging.image_io.read_image`: OpenCV, EXIF orientation
   applied, any format OpenCV decodes; one decoder for training, evaluation, inference and export), its
   size checked against the json's; one of TRAIN.SCALES at random, capped by TRAIN.MAX_SIZE; a horizontal flip with
   probability 1/2 when TRAIN.USE_FLIPPED (Detectron instead appends flipped copies to the roidb:
   the same expected data, but here one epoch is one pass over the images); the image prepared as
-  `tfdet.preprocessing.prepare_image` does at test time (see `transforms`).
+  `tfdet.imaging.preprocessing.prepare_image` does at test time (see `transforms`).
 - Batches of TRAIN.IMS_PER_BATCH images, zero-padded bottom-right to the batch's largest size,
   rounded up to FPN.COARSEST_STRIDE when FPN.FPN_ON (`im_list_to_blob`), or to TFDET.SIZE_DIVISIBILITY.
 Every random choice is a stateless function of (RNG_SEED, epoch, image), so a run resumed with
@@ -54,8 +54,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfdet.data import transforms
-from tfdet.image_io import UnreadableImage, read_image
-from tfdet.preprocessing import padding_stride
+from tfdet.imaging.image_io import UnreadableImage, read_image
+from tfdet.imaging.preprocessing import padding_stride
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def replica_dataset_fn(build_dataset, *args, **kwargs):
 
 
 def read_annotated_image(path, size):
-    """The BGR pixels of an image file as inference reads them (`tfdet.image_io.read_image`: OpenCV, EXIF
+    """The BGR pixels of an image file as inference reads them (`tfdet.imaging.image_io.read_image`: OpenCV, EXIF
     orientation applied, any format OpenCV decodes), refused unless its (height, width) is the annotated `size`."""
     path = os.fsdecode(path)
     image = read_image(path)

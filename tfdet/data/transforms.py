@@ -1,7 +1,7 @@
 """Training-image transforms as TensorFlow ops (no Python callbacks), with Detectron's numerics.
 
-The image path reproduces `tfdet.preprocessing.prepare_image` (Detectron's `prep_im_for_blob`) on the
-pixels `cv2.imread` gives (the pipeline reads files with `tfdet.image_io.read_image`; `decode_bgr`
+The image path reproduces `tfdet.imaging.preprocessing.prepare_image` (Detectron's `prep_im_for_blob`) on the
+pixels `cv2.imread` gives (the pipeline reads files with `tfdet.imaging.image_io.read_image`; `decode_bgr`
 gives the same pixels from encoded bytes with TF ops, for the SavedModel), optional horizontal flip
 of the original image (Detectron flips before resizing), mean subtraction, then
 `cv2.resize(im, None, fx=scale, fy=scale)` INTER_LINEAR (`tfdet.ops.resize_linear_cv2` by scale:
@@ -27,7 +27,7 @@ _RLE_PAYLOAD_BITS = 5
 
 def decode_bgr(encoded):
     """Image bytes -> (H, W, 3) uint8 BGR, pixel for pixel what `cv2.imdecode(IMREAD_COLOR)` gives, with
-    TensorFlow ops only (the SavedModel's decoder; everything else reads with `tfdet.image_io.read_image`).
+    TensorFlow ops only (the SavedModel's decoder; everything else reads with `tfdet.imaging.image_io.read_image`).
 
     JPEG uses libjpeg's accurate integer DCT as OpenCV does (TF's default, the fast one, is off by a few
     levels); PNG (16-bit, grey, palette, alpha), BMP, GIF and WebP go through `decode_image`; the EXIF
@@ -52,7 +52,7 @@ def subtract_means(image_bgr, pixel_means, compute_dtype=tf.float32):
 
 
 def image_scale(height, width, target_size, max_size):
-    """`tfdet.preprocessing.image_scale` (float64): shorter side to target unless the longer passes max."""
+    """`tfdet.imaging.preprocessing.image_scale` (float64): shorter side to target unless the longer passes max."""
     short = tf.cast(tf.minimum(height, width), tf.float64)
     long = tf.cast(tf.maximum(height, width), tf.float64)
     scale = tf.cast(target_size, tf.float64) / short

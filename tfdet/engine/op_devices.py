@@ -29,8 +29,8 @@ import tempfile
 import tensorflow as tf
 
 from tfdet.console import add_verbose_flag
+from tfdet.imaging.preprocessing import padding_stride
 from tfdet.modeling.device_map import PARTS, layer_part, leaf_layers
-from tfdet.preprocessing import padding_stride
 
 DEFAULT_DEVICE = "(default)"
 _GRADIENT_SCOPES = frozenset({"gradients", "gradient_tape"})

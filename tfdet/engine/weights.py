@@ -1,6 +1,6 @@
 """A training run's weights files: TRAIN.WEIGHTS in (with TRAIN.COPY_WEIGHTS), `model_final.weights.h5` out.
 
-What TRAIN.WEIGHTS names is decided by `tfdet.weights_file.weights_file` (as for every other weights
+What TRAIN.WEIGHTS names is decided by `tfdet.weights.weights_file.weights_file` (as for every other weights
 argument): a Detectron `.pkl` (an ImageNet backbone or a whole model), our `.weights.h5` (an inference
 model's weights, copied by blob name) or a tfdet training checkpoint. From a file of other classes (another count,
 or the same count in another order or with other names) or with a class-agnostic head where the model's is
@@ -17,14 +17,14 @@ import tensorflow as tf
 from tfdet.config import load_config
 from tfdet.data.coco_classes import model_categories
 from tfdet.data.model_labels import read_model_categories, write_model_categories
-from tfdet.download import resolve_weights
 from tfdet.engine.checkpoint import FINAL_WEIGHTS
 from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
 from tfdet.modeling.blob_transfer import copy_weights_by_blob_name
 from tfdet.modeling.class_transfer import ClassTransfer
 from tfdet.modeling.domain_adaptation import is_domain_classifier_blob
-from tfdet.weights_file import DETECTRON_PICKLE, KERAS_WEIGHTS, load_detectron_pickle, weights_file
+from tfdet.weights.download import resolve_weights
+from tfdet.weights.weights_file import DETECTRON_PICKLE, KERAS_WEIGHTS, load_detectron_pickle, weights_file
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ box head or R-{50,101,152}-FPN with the 2-MLP head. Outcomes:
 import dataclasses
 
 from tfdet.config.maskrcnn_benchmark.defaults import FORK_DEFAULTS
-from tfdet.download import CATALOG_PREFIX, DownloadError, catalog_url
+from tfdet.weights.download import CATALOG_PREFIX, DownloadError, catalog_url
 
 MAPPED, IGNORED, REFUSED = "mapped", "ignored", "refused"
 
@@ -122,13 +122,13 @@ def _weight(value, fork):
         except DownloadError as error:
             return refused(f"{error}: give a catalog name or the local path of the Detectron .pkl")
         return mapped({"TRAIN.WEIGHTS": url}, "the fork's ModelCatalog URL, downloaded and md5-checked when training "
-                      "starts (tfdet.download, $TFDET_CACHE)")  # fmt: skip
+                      "starts (tfdet.weights.download, $TFDET_CACHE)")  # fmt: skip
     if value.endswith(".pth"):
         return refused("a maskrcnn-benchmark checkpoint: port it first (python -m porting maskrcnn-benchmark --cfg "
                        "<this yaml> --weights X.pth --out DIR) and set MODEL.WEIGHT DIR/model.weights.h5")  # fmt: skip
     if "://" in value:
         return mapped({"TRAIN.WEIGHTS": value}, "a URL: downloaded and md5-checked when training starts if it is "
-                      "Detectron's (tfdet.download), refused then otherwise")  # fmt: skip
+                      "Detectron's (tfdet.weights.download), refused then otherwise")  # fmt: skip
     return mapped({"TRAIN.WEIGHTS": value}, "the training start; evaluation and inference take --weights")
 
 

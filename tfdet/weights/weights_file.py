@@ -3,13 +3,13 @@
 Every command and API that takes weights (Predictor, tfdet.infer/evaluate, savedmodel.export, TRAIN.WEIGHTS)
 asks `weights_file` what the argument is: a Detectron `.pkl` (ported on the fly by `porting`), our
 `.weights.h5`, or (TRAIN.WEIGHTS only) a tfdet training checkpoint. A URL or `catalog://` name is downloaded
-and checked first (`tfdet.download`). A missing or unknown file is one line naming the argument and the path.
+and checked first (`tfdet.weights.download`). A missing or unknown file is one line naming the argument and the path.
 """
 
 import dataclasses
 import os
 
-from tfdet.download import resolve_weights
+from tfdet.weights.download import resolve_weights
 
 DETECTRON_PICKLE = "Detectron .pkl"
 KERAS_WEIGHTS = "tfdet .weights.h5"

@@ -15,7 +15,7 @@ import numpy as np
 from tqdm import tqdm
 
 from tfdet.evaluation.results import detections_to_coco, write_results
-from tfdet.image_io import UnreadableImage, VideoFrames, is_video, read_image, write_picture
+from tfdet.imaging.image_io import UnreadableImage, VideoFrames, is_video, read_image, write_picture
 from tfdet.visualize import draw_detections
 
 # Errors that make one input fail without stopping the run.
@@ -109,7 +109,7 @@ class DetectionRun:
         frames = VideoFrames(path)
         archive = None
         if self.args.videopose3d:
-            from tfdet.videopose3d import VideoPose3DArchive  # pycocotools: not needed by savedmodel.run
+            from tfdet.outputs.videopose3d import VideoPose3DArchive  # pycocotools: not needed by savedmodel.run
 
             archive = VideoPose3DArchive(self.num_classes)
         writer, size, video_results = None, None, []
