@@ -32,7 +32,7 @@ class CaffeConv2D(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        # One conv per group then concat: 1.3-2.7x faster than TF's grouped kernel on CPU
+        # One conv per group then concat: faster than TF's grouped kernel on CPU
         # (benchmarks/grouped_conv_benchmark.py); GPUs have a fast native grouped kernel.
         self.split_groups = (
             not tf.config.list_physical_devices("GPU") if split_groups is None else bool(split_groups)
@@ -110,8 +110,8 @@ class CaffeConv2D(keras.layers.Layer):
         that is the same symmetric padding (stride 1, padding = half the dilated kernel's extent), else explicit.
 
         The same numbers either way; but TensorFlow's oneDNN rewrite skips the gradients of explicitly padded
-        convolutions, which then run Eigen's kernels (the filter gradient about 1.3x slower, through an im2col
-        buffer of kernel-area times the input: 0.6 GB for a 3x3 conv on FPN's P2 at 800 x 1344).
+        convolutions, which then run Eigen's kernels: a slower filter gradient, through an im2col buffer of
+        kernel-area times the input (benchmarks/README.md, the training step).
         """
         pad = self.padding
         if not pad:

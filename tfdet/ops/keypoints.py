@@ -67,8 +67,8 @@ def _heatmap_peaks(heatmap, height, width):
     """Per keypoint: flat row-major index of the first maximum, its logit and its softmax prob.
 
     TF's ArgMax breaks ties towards the lower index, as `np.argmax` does (tested on tied maps,
-    on CPU); the scores stay (height * width, K), never transposed: at a 12-megapixel box
-    each pass over them moves 800 MB.
+    on CPU); the scores stay (height * width, K), never transposed: at a large box each pass
+    over them moves K floats per pixel.
     """
     resized = resize_cubic_cv2(heatmap, height, width)  # (height, width, K)
     scores = tf.reshape(resized, [height * width, -1])

@@ -53,7 +53,7 @@ def portable_crop_and_resize():
     """Within it, graphs traced crop with `gathered_crop_and_resize` instead of TF's CropAndResize kernel: the
     same numbers bit for bit, from Gather and arithmetic ops that every converter maps (tf2onnx turns
     CropAndResize into a loop over the boxes of ONNX Resize in tf_crop_and_resize mode, which OpenVINO does not
-    read). About 3-4x slower than the kernel in TensorFlow on a CPU: for exports to other runtimes."""
+    read). Slower than the kernel in TensorFlow on a CPU (benchmarks/README.md): for exports to other runtimes."""
     previous = getattr(_PORTABLE, "on", False)
     _PORTABLE.on = True
     try:
@@ -214,9 +214,9 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1
     before the levels' crops are put back in order: a pool**2 smaller tensor to stitch.
 
     TF's CPU gradient kernel shards the boxes over threads that add into the same pixels without
-    synchronisation, so where boxes overlap it loses updates (6 % of the gradient, measured with 2 threads).
-    This gradient takes the kernel's sample positions and sums each sample's four bilinear corner
-    contributions per pixel with one segment sum over every image's pixels: deterministic, nothing lost.
+    synchronisation, so where boxes overlap it loses updates, a different part on every run. This gradient
+    takes the kernel's sample positions and sums each sample's four bilinear corner contributions per pixel
+    with segment sums over every image's pixels: deterministic, nothing lost.
     """
     num_images = len(images)
     # boxes, box_indices and levels are arguments whose gradient is None: nothing flows back into the boxes.
