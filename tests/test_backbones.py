@@ -367,3 +367,33 @@ def test_conv_affine_is_computed_by_the_convolution_with_its_own_weights(rng):
 def test_only_a_convolution_without_bias_takes_an_affine():
     with pytest.raises(ValueError, match="without bias"):
         CaffeConv2D(4, 1, use_bias=True, name="fpn_inner").fold_affine(AffineChannel(name="fpn_inner_bn"))
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation, expected", [
+    (3, 1, 1, 1, "SAME"), (3, 1, 2, 2, "SAME"), (1, 1, 0, 1, "VALID"), (3, 2, 1, 1, "explicit"),
+    (7, 2, 3, 1, "explicit"), (3, 1, 2, 1, "explicit"),
+])
+def test_caffe_padding_is_tensorflows_same_where_that_is_symmetric(rng, kernel, stride, padding, dilation, expected):
+    """'SAME' where it pads as Caffe2 does (its gradients then get oneDNN's kernels), explicit padding otherwise:
+    outputs and gradients equal an explicitly padded undilated convolution's with the kernel's taps spread out
+    (TensorFlow's CPU gradient of a dilated convolution with explicit padding is not implemented)."""
+    layer = CaffeConv2D(5, kernel, strides=stride, padding=padding, dilation_rate=dilation, use_bias=False)
+    inputs = tf.constant(rng.normal(size=(2, 13, 11, 3)), tf.float32)
+    layer.build(inputs.shape)
+    chosen = layer._tf_padding()
+    assert (chosen if isinstance(chosen, str) else "explicit") == expected
+    explicit = [[0, 0], [padding, padding], [padding, padding], [0, 0]]
+    span = dilation * (kernel - 1) + 1
+    taps = np.zeros((span, span, kernel, kernel), np.float32)
+    for row in range(kernel):
+        for col in range(kernel):
+            taps[row * dilation, col * dilation, row, col] = 1.0
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(inputs)
+        ours = layer(inputs)
+        spread = tf.einsum("yxij,ijco->yxco", taps, layer.kernel)
+        reference = tf.nn.conv2d(inputs, spread, stride, explicit)
+    np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-5)
+    for ours_gradient, reference_gradient in zip(tape.gradient(ours, [inputs, layer.kernel]),
+                                                 tape.gradient(reference, [inputs, layer.kernel])):
+        np.testing.assert_allclose(ours_gradient, reference_gradient, rtol=1e-4, atol=1e-4)
