@@ -1,12 +1,14 @@
 """One's own COCO-format dataset from the command lines, as a user runs them: `python -m tfdet.train` on a
 `coco:` name (a json written here, not shapes: non-contiguous category ids listed out of order, images in
-sub-folders), its final evaluation, then `python -m tfdet.infer` naming the classes from the weights alone."""
+sub-folders), its final evaluation, then `python -m tfdet.infer` naming the classes from the weights alone. Under
+`-m slow`: the default suite tests each part (see the test)."""
 
 import json
 import pathlib
 
 import cv2
 import numpy as np
+import pytest
 
 from support.training_fixtures import AFFINE_BODY, ONE_SAMPLE_ROI_ALIGN, TINY_CONFIG
 from tfdet import infer, train
@@ -60,6 +62,15 @@ def write_split(root, split, image_ids):
     )
 
 
+# Slow (a training run with its evaluation, then inference: ~12 s of a core): each part has a cheaper default test.
+# A `coco:` name with non-contiguous ids listed out of order and images in sub-folders: test_own_dataset.py
+# (test_coco_name_loads_with_detectrons_category_mapping; results mapped back to the json's ids and evaluated,
+# test_results_map_contiguous_ids_back_to_the_jsons, test_evaluate_a_results_file_on_a_coco_name); the training run
+# end to end with its evaluation: test_train_cli.py; its classes stored in the final weights:
+# test_class_names.py::test_final_weights_carry_the_training_set_classes; `tfdet.infer` naming the classes and
+# writing the json's ids from the weights alone:
+# test_class_names.py::test_infer_names_classes_and_writes_dataset_ids_without_dataset_json.
+@pytest.mark.slow
 def test_train_evaluate_and_infer_on_a_coco_json_of_ones_own(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # coco: paths are relative to the working directory
     write_split(tmp_path, "train", [31, 7, 12, 5])

@@ -1,7 +1,7 @@
 """The commands of the README and of the task documents in docs/ run as written. Every bash and python block is
 marked with what it needs (`readme_blocks`), CI runs the README's test command, and the blocks marked to run do,
-in a fresh folder with stand-ins for the files they name (`readme_stand_ins`): the quick ones in the default
-suite, every one under `-m slow`, in the order of `readme_blocks.DOCUMENTS` and of each document (later blocks
+in a fresh folder with stand-ins for the files they name (`readme_stand_ins`), under `-m slow`: the quick ones
+(`runs`) alone, or every one, in the order of `readme_blocks.DOCUMENTS` and of each document (later blocks
 read what earlier ones wrote). A block fails on an exit status other than 0 or on a Python traceback in its
 output. Every document with a command block is one of DOCUMENTS, and every link of the documentation names a
 file (and heading) that exists."""
@@ -75,6 +75,14 @@ def test_a_failing_command_or_a_traceback_fails_its_block(tmp_path):
             run_block(Block("README.md", 1, "bash", text, RUNS), tmp_path, environment)
 
 
+# Slow (a training run and an export in fresh processes, ~30 s of a core): each part has a cheaper default test.
+# The tiny config's `python -m tfdet.train` (training.md): test_train_cli.py's end-to-end run of `main` (checkpoints,
+# config.yaml, final weights with their classes, evaluation), the tiny config's training step in
+# test_training_graph.py; its export from config.yaml and model_final.weights.h5 (deployment.md):
+# test_savedmodel_client.py's `model` fixture (and test_savedmodel.py's export served in a fresh interpreter);
+# `savedmodel.serving_config`: test_savedmodel.py::test_serving_config_lists_every_model_and_version. By default the
+# blocks' marks and the links between the documents are checked (the first two tests above).
+@pytest.mark.slow
 def test_quick_blocks_run(tmp_path):
     workspace = tmp_path / "checkout"
     environment = checkout(workspace)

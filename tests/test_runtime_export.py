@@ -1,7 +1,9 @@
 """Exports to ONNX Runtime and OpenVINO, and `savedmodel.run`, which needs neither TensorFlow nor pycocotools.
 
 The tiny shapes Mask + Keypoint R-CNN (`savedmodel_fixtures.TinyModel`) is exported by `python -m
-savedmodel.export --format onnx|openvino`. A child process in which importing tensorflow, keras or pycocotools
+savedmodel.export --format onnx|openvino`: by default with Detectron's AffineChannel ResNet body (GroupNorm in FPN
+and the heads only: `AFFINE_BODY_EXPORT`, a third fewer graph ops to convert), under -m slow the tiny config itself
+(GroupNorm everywhere). A child process in which importing tensorflow, keras or pycocotools
 fails runs `savedmodel.run` on shapes validation images of three sizes (JPEG and PNG) and a PNG of the pixel
 means, and keeps the runtime's detections of each image and of all four as one batch; they must be the
 Predictor's: boxes within 0.05 px, scores within 5e-4 (random weights: one float32 step of the input moves TF's
@@ -23,6 +25,7 @@ from savedmodel.export import main as export_main
 from savedmodel.quantization import quantize_onnx
 from savedmodel.runtimes import METADATA_KEY, ExportedModel, ModelFileError, _open_openvino
 from support.savedmodel_fixtures import (
+    AFFINE_BODY_EXPORT,
     SHAPES_CATEGORIES,
     TINY_TEST,
     TinyModel,
@@ -33,6 +36,12 @@ from tfdet.imaging.preprocessing import prepared_inputs
 from tfdet.inference import Predictor
 
 SERVING = ("TEST.RPN_POST_NMS_TOP_N", "50", "TEST.DETECTIONS_PER_IM", "160")
+# The model every runtime gets (overrides of the tiny config, TinyModel's folder): by default the AffineChannel
+# body's; the tiny config's own GroupNorm body (twice the conversion time) under -m slow.
+MODELS = [
+    pytest.param((AFFINE_BODY_EXPORT, "savedmodel_tiny_affine_body"), id="affine_body"),
+    pytest.param(((), "savedmodel_tiny_model"), id="tiny_config", marks=pytest.mark.slow),
+]
 
 # Run by the child: tensorflow, keras and pycocotools cannot be imported there.
 CHILD = r"""
@@ -69,8 +78,20 @@ print(json.dumps({"statuses": statuses, "loaded": loaded}))
 """
 
 
+@pytest.fixture(scope="module", params=MODELS)
+def tiny(request, tmp_path_factory):
+    return TinyModel(tmp_path_factory, *request.param)
+
+
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def default_model(tmp_path_factory):
+    """The default model's files, for the refusals (which stop before building it)."""
+    return TinyModel(tmp_path_factory, *MODELS[0].values[0])
+
+
+@pytest.fixture(scope="module")
+def tiny_config(tmp_path_factory):
+    """The tiny config's own model (GroupNorm body), for the slow command-line exports."""
     return TinyModel(tmp_path_factory)
 
 
@@ -199,9 +220,9 @@ def test_bad_model_files_are_one_line(exported, tmp_path, capsys):
          "--calibrate coco:missing.json:images: "),
     ],
 )  # fmt: skip
-def test_export_refusals_are_one_line(tiny, tmp_path, capsys, monkeypatch, args, message):
+def test_export_refusals_are_one_line(default_model, tmp_path, capsys, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
-    assert export_main(["--cfg", str(tiny.config), "--weights", str(tiny.weights), *args]) == 1
+    assert export_main(["--cfg", str(default_model.config), "--weights", str(default_model.weights), *args]) == 1
     error = capsys.readouterr().err
     assert message in error and error.count("\n") == 1, error
     assert not list(tmp_path.iterdir())
@@ -232,9 +253,9 @@ def assert_convolutions_read_int8_weights(path):
 
 
 @pytest.mark.slow
-def test_int8_export_on_the_command_line(tiny, images, tmp_path):
+def test_int8_export_on_the_command_line(tiny_config, images, tmp_path):
     path = tmp_path / "tiny_int8.onnx"
-    args = ["--cfg", str(tiny.config), "--weights", str(tiny.weights), "--format", "onnx", "--precision", "int8",
+    args = ["--cfg", str(tiny_config.config), "--weights", str(tiny_config.weights), "--format", "onnx", "--precision", "int8",
             "--calibrate", str(images), "--out", str(path), *TINY_TEST, *SERVING]  # fmt: skip
     assert export_main(args) == 0
     assert_convolutions_read_int8_weights(path)
@@ -255,9 +276,9 @@ def test_openvino_computes_in_the_precision_asked_or_says_which(exported, images
 
 
 @pytest.mark.slow
-def test_openvino_bfloat16_export_on_the_command_line(tiny, images, tmp_path):
+def test_openvino_bfloat16_export_on_the_command_line(tiny_config, images, tmp_path):
     path = tmp_path / "tiny_bf16.xml"
-    args = ["--cfg", str(tiny.config), "--weights", str(tiny.weights), "--format", "openvino", "--precision",
+    args = ["--cfg", str(tiny_config.config), "--weights", str(tiny_config.weights), "--format", "openvino", "--precision",
             "bfloat16", "--out", str(path), *TINY_TEST, *SERVING]  # fmt: skip
     assert export_main(args) == 0
     model = ExportedModel(path)

@@ -5,11 +5,13 @@ By default the model is the tiny shapes Mask + Keypoint R-CNN with seeded weight
 (`savedmodel_fixtures.TinyModel`, shared with test_savedmodel_client), exported by `python -m
 savedmodel.export` from a Detectron .pkl written from those weights, over an existing version (refused,
 then --overwrite); test_savedmodel_client exports it from its config.yaml and .weights.h5.
-A narrow RetinaNet with seeded, calibrated weights is exported (from a .pkl) and served beside it.
-One fresh interpreter makes every request, of each model: a batch of shapes val images of three sizes (JPEG and PNG)
+One fresh interpreter makes every request: a batch of shapes val images of three sizes (JPEG and PNG)
 with a PNG of the pixel means, a request holding an undecodable image, and the request after it;
 then `saved_model_cli` (its `main`, in that interpreter) shows and runs the model; the Predictor's answers
 are computed meanwhile.
+Under `-m slow`, a narrow RetinaNet with seeded, calibrated weights is exported (from a .pkl naming no class) and
+served the same way (its parts by default: the RetinaNet graph, test_retinanet.py's Predictor tests; the serving
+signatures, this module's tiny model; classes named `id<c>`, test_labels_of_unnamed_classes_are_ids).
 Under `-m slow`, Mask R-CNN R-50-FPN (from a .pkl) and Keypoint R-CNN R-50-FPN (from a .weights.h5)
 with Detectron's random initialisation get the same serving checks on the demo photos, where the
 PNG of the pixel means has no detection at all (the tiny model scores it about as it scores the
@@ -33,6 +35,7 @@ from tensorflow.python.framework import op_def_registry
 
 from porting.detectron_writer import model_to_blobs, write_detectron_pkl
 from savedmodel import serving_config
+from savedmodel.label_map import class_name_table, write_label_map
 from savedmodel.export import ExportError, export_saved_model, replace_version
 from savedmodel.export import main as export_main
 from savedmodel.outputs import detections_per_image
@@ -42,6 +45,7 @@ from support.savedmodel_fixtures import TINY_TEST, TinyModel, assert_same_detect
 from support.training_fixtures import TINY_CONFIG
 from tfdet.config import load_config
 from tfdet.data import shapes
+from tfdet.data.coco_classes import model_categories
 from tfdet.inference import Predictor
 
 FAST = ["TEST.SCALE", "224", "TEST.MAX_SIZE", "384", "TEST.SCORE_THRESH", "0.15", "TEST.RPN_PRE_NMS_TOP_N", "300",
@@ -293,12 +297,12 @@ def child_results(work, returncode, stdout, stderr):
 
 
 @pytest.fixture(scope="module")
-def serving_child(tiny_model, retinanet_model, images, tmp_path_factory):
-    """(work folder, the fresh interpreter that imports only TensorFlow), started as soon as the models exist so
-    that it runs while the Predictor does: it serves both models, then runs `saved_model_cli show` and
-    `saved_model_cli run` on the tiny one."""
+def serving_child(tiny_model, images, tmp_path_factory):
+    """(work folder, the fresh interpreter that imports only TensorFlow), started as soon as the model exists so
+    that it runs while the Predictor does: it serves the tiny model, then runs `saved_model_cli show` and
+    `saved_model_cli run` on it."""
     work = tmp_path_factory.mktemp("processes")
-    plan = {TINY: (str(tiny_model[1]), TINY_REQUESTS), RETINANET: (str(retinanet_model[1]), TINY_REQUESTS)}
+    plan = {TINY: (str(tiny_model[1]), TINY_REQUESTS)}
     np.save(work / "images.npy", cv2.imread(images["shapes1"])[None, :, :, ::-1])  # image_tensor takes RGB
     tiny_dir = str(tiny_model[1])
     cli_runs = [
@@ -314,13 +318,11 @@ def serving_child(tiny_model, retinanet_model, images, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def expected(serving_child, tiny_model, retinanet_model, images):
+def expected(serving_child, tiny_model, images):
     """Predictor results for every request the serving child makes, computed while it runs."""
     predictor = tiny_model[0]
-    result = {}
-    for name, model in ((TINY, tiny_model), (RETINANET, retinanet_model)):
-        wants = predict_requests(model[0], TINY_REQUESTS, images)
-        result.update({f"{name}/{request}": want for request, want in wants.items()})
+    wants = predict_requests(predictor, TINY_REQUESTS, images)
+    result = {f"{TINY}/{request}": want for request, want in wants.items()}
     result[f"{TINY}/cli"] = predictor.predict(cv2.imread(images["shapes1"]))
     return result
 
@@ -341,12 +343,27 @@ def test_serving_default_batch_matches_predictor(tiny_model, images, expected, s
     check_batch(served[1][f"{TINY}/batch"], expected[f"{TINY}/batch"], TINY_REQUESTS, tiny_model[0].cfg, images)
 
 
-def test_retinanet_is_served_like_the_predictor(retinanet_model, images, expected, served):
-    """A RetinaNet has the same signatures and outputs, without masks and keypoints."""
+@pytest.mark.slow
+def test_retinanet_is_served_like_the_predictor(retinanet_model, images, tmp_path_factory):
+    """A RetinaNet has the same signatures and outputs, without masks and keypoints, its classes named `id<c>`
+    (its .pkl names none); served by a fresh interpreter that never imports our packages. By default: the
+    RetinaNet graph in test_retinanet.py, the serving module on the tiny model here, `id<c>` labels in
+    test_labels_of_unnamed_classes_are_ids."""
     predictor, out = retinanet_model
-    check_batch(served[1][f"{RETINANET}/batch"], expected[f"{RETINANET}/batch"], TINY_REQUESTS, predictor.cfg, images)
-    assert not {"detection_masks", "detection_keypoints"} & set(served[1][f"{RETINANET}/batch"])
-    check_undecodable(*served, RETINANET, predictor.cfg, expected[f"{RETINANET}/after_bad"])
+    work = tmp_path_factory.mktemp("processes")
+    child = start(work, "child", child_command(work, {RETINANET: (str(out), TINY_REQUESTS)}, images))
+    try:
+        wants = predict_requests(predictor, TINY_REQUESTS, images)
+        report, outputs = child_results(work, *finished(work, "child", child))
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert report["our_modules"] == []
+    check_batch(outputs[f"{RETINANET}/batch"], wants["batch"], TINY_REQUESTS, predictor.cfg, images)
+    assert not {"detection_masks", "detection_keypoints"} & set(outputs[f"{RETINANET}/batch"])
+    check_undecodable(report, outputs, RETINANET, predictor.cfg, wants["after_bad"])
+    check_class_names(report, outputs, RETINANET, ["id1", "id2", "id3"], out)
     check_stock_ops(out)
 
 
@@ -387,26 +404,41 @@ def check_padded_outputs(raw, cfg, sizes):
         assert not raw["detection_keypoints"][padding].any() and not raw["detection_keypoint_probs"][padding].any()
 
 
-def test_class_names_are_served_and_carried_as_assets(tiny_model, retinanet_model, served):
+def test_class_names_are_served_and_carried_as_assets(tiny_model, served):
     """`detection_class_names` names each detection's class from a table in the graph, in a process that never
-    imports tfdet: the shapes names given by --dataset-json for the tiny model, `id<c>` for the RetinaNet,
-    whose .pkl names none; "" in padding rows. The assets labels.json (read there through the loaded
-    object) and label_map.pbtxt list the same classes."""
-    report, outputs = served
-    models = ((TINY, list(shapes.CATEGORY_NAMES), tiny_model[1]),
-              (RETINANET, ["id1", "id2", "id3"], retinanet_model[1]))  # fmt: skip
-    for name, names, out in models:
-        table = np.array([b""] + [n.encode() for n in names], object)
-        for request in ("batch", "after_bad"):
-            raw = outputs[f"{name}/{request}"]
-            assert raw["detection_class_names"].shape == raw["detection_classes"].shape
-            assert raw["detection_class_names"].tolist() == table[raw["detection_classes"]].tolist()
-            assert (raw["detection_classes"] == 0).any() and (raw["detection_classes"] > 0).any()
-        classes = [{"id": c, "name": n, "dataset_id": c} for c, n in enumerate(names, start=1)]
-        assert report[f"{name}/labels"] == {"names_known": name == TINY, "classes": classes}
-        pbtxt = (out / "assets" / "label_map.pbtxt").read_text()
-        items = re.findall(r'item \{\n  id: (\d+)\n  name: "([^"]*)"\n  display_name: "([^"]*)"\n\}', pbtxt)
-        assert items == [(str(c), n, n) for c, n in enumerate(names, start=1)]
+    imports tfdet: the shapes names given by --dataset-json for the tiny model; "" in padding rows. The assets
+    labels.json (read there through the loaded object) and label_map.pbtxt list the same classes."""
+    check_class_names(*served, TINY, list(shapes.CATEGORY_NAMES), tiny_model[1])
+
+
+def check_class_names(report, outputs, name, names, out):
+    """The served class names of model `name` (class c: names[c - 1]) and its label map assets; names are
+    known unless they are `id<c>`."""
+    table = np.array([b""] + [n.encode() for n in names], object)
+    for request in ("batch", "after_bad"):
+        raw = outputs[f"{name}/{request}"]
+        assert raw["detection_class_names"].shape == raw["detection_classes"].shape
+        assert raw["detection_class_names"].tolist() == table[raw["detection_classes"]].tolist()
+        assert (raw["detection_classes"] == 0).any() and (raw["detection_classes"] > 0).any()
+    classes = [{"id": c, "name": n, "dataset_id": c} for c, n in enumerate(names, start=1)]
+    known = names != [f"id{c}" for c in range(1, len(names) + 1)]
+    assert report[f"{name}/labels"] == {"names_known": known, "classes": classes}
+    pbtxt = (out / "assets" / "label_map.pbtxt").read_text()
+    items = re.findall(r'item \{\n  id: (\d+)\n  name: "([^"]*)"\n  display_name: "([^"]*)"\n\}', pbtxt)
+    assert items == [(str(c), n, n) for c, n in enumerate(names, start=1)]
+
+
+def test_labels_of_unnamed_classes_are_ids(tmp_path):
+    """A model whose weights name no class (a Detectron .pkl, no --dataset-json) and that is not COCO's 81
+    classes: its label map assets call class c `id<c>` (Detectron's get_class_string) and say the names are
+    not known; `detection_class_names` looks them up in the same table."""
+    categories = model_categories(4, False)
+    assert class_name_table(categories) == ("", "id1", "id2", "id3")
+    labels, pbtxt = write_label_map(tmp_path, categories)
+    classes = [{"id": c, "name": f"id{c}", "dataset_id": c} for c in (1, 2, 3)]
+    assert json.loads(labels.read_text()) == {"names_known": False, "classes": classes}
+    items = re.findall(r'item \{\n  id: (\d+)\n  name: "([^"]*)"\n  display_name: "([^"]*)"\n\}', pbtxt.read_text())
+    assert items == [(str(c), f"id{c}", f"id{c}") for c in (1, 2, 3)]
 
 
 def test_undecodable_image_fails_its_request_only(tiny_model, expected, served):

@@ -4,7 +4,8 @@ the README test runs for them.
 DOCUMENTS lists the Markdown files whose blocks run, in the order they run (later blocks read what earlier ones
 wrote: the training document's outputs/tiny in the deployment document). A bash or python block is marked by
 the comment on the line before its fence, `<!-- readme-test: MARK -->`:
-`runs` (the default suite runs it), `runs slow` (under `-m slow`), `is what CI runs` (the test command, which
+`runs` (quick: `test_quick_blocks_run` runs these alone, under `-m slow`: each command's parts have cheaper
+default tests), `runs slow` (with every block, under `-m slow`), `is what CI runs` (the test command, which
 .ci/run repeats) or one of NEEDS, what a test machine lacks. Each need has a pattern of the commands that show
 it: a block showing one is never marked to run, and a block marked with a need shows it.
 """
