@@ -16,6 +16,9 @@ pure TensorFlow ops, so that parallel map calls never take the GIL:
   `tfdet.imaging.preprocessing.prepare_image` does at test time (see `transforms`).
 - Batches of TRAIN.IMS_PER_BATCH images, zero-padded bottom-right to the batch's largest size,
   rounded up to FPN.COARSEST_STRIDE when FPN.FPN_ON (`im_list_to_blob`), or to TFDET.SIZE_DIVISIBILITY.
+- Parallelism (`input_parallelism`): tf.data's autotuned parallel loading and prefetching when a GPU is
+  visible; on CPUs alone one image at a time and one batch ahead, since the training step takes the cores
+  and needs an image per seconds (benchmarks/README.md), and every loading buffer would only hold memory.
 Every random choice is a stateless function of (RNG_SEED, epoch, image), so a run resumed with
 `start_step` sees exactly the batches the interrupted run would have seen next; an iterator of
 this dataset can also be saved with `tf.train.Checkpoint(iterator=...)`.
@@ -108,6 +111,7 @@ def build_train_dataset(
     first_batch = int(start_step) * int(batches_per_step)
     order = _BatchOrder(cfg, roidb)
     loader = _ImageLoader(cfg, roidb, num_gt_slots(roidb, max_gt), flip)
+    parallel_calls, prefetch = input_parallelism()
     # The functions use TF control flow explicitly: AutoGraph would only spend seconds converting them.
     dataset = (
         tf.data.Dataset.counter(first_batch // per_epoch)
@@ -115,11 +119,19 @@ def build_train_dataset(
         .skip(first_batch % per_epoch)
         .shard(num_shards, shard_index)
         .unbatch()
-        .map(tf.autograph.experimental.do_not_convert(loader.__call__), num_parallel_calls=tf.data.AUTOTUNE,
+        .map(tf.autograph.experimental.do_not_convert(loader.__call__), num_parallel_calls=parallel_calls,
              deterministic=True)
         .padded_batch(batch_size, drop_remainder=True)
     )
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return dataset.prefetch(prefetch)
+
+
+def input_parallelism():
+    """(map parallel calls, batches prefetched): tf.data's AUTOTUNE for both when a GPU is visible (a step takes
+    a fraction of a second there), else 1 and 1: on CPUs the step itself uses every core for seconds per image."""
+    if tf.config.list_physical_devices("GPU"):
+        return tf.data.AUTOTUNE, tf.data.AUTOTUNE
+    return 1, 1
 
 
 def distributed_dataset_fn(cfg, roidb, *, start_step=0, **kwargs):

@@ -194,8 +194,11 @@ def pool_crop_lattices(features_by_level, lattices, box_indices, levels, output_
     """RoIAlign with a fixed grid: CropAndResize of each box's `crop_lattices` on its map, edge-padded, then
     the mean of each bin. Box r is read from `features_by_level[levels[r]]` (`levels` None: one map)."""
     out_h, out_w = _pair(output_size)
-    padded = [tf.pad(tf.cast(features, tf.float32), [[0, 0], [1, 1], [1, 1], [0, 0]], mode="SYMMETRIC")
-              for features in features_by_level]
+    # Padded once the boxes are known: a padded copy of every map would otherwise wait in memory, from the
+    # moment the maps exist, for RoIs that come much later (a training step's mask RoIs).
+    with tf.control_dependencies([lattices]):
+        padded = [tf.pad(tf.cast(features, tf.float32), [[0, 0], [1, 1], [1, 1], [0, 0]], mode="SYMMETRIC")
+                  for features in features_by_level]
     bins = crop_and_resize_levels(padded, lattices, box_indices, levels,
                                   (out_h * sampling_ratio, out_w * sampling_ratio), pool=sampling_ratio)
     return tf.cast(bins, features_by_level[0].dtype)
