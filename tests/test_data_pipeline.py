@@ -271,3 +271,8 @@ def test_bad_inputs_are_clear_errors(roidb, tmp_path):
     wrong = dataclasses.replace(roidb, records=[dataclasses.replace(record, file_path=str(small))] * 2)
     with pytest.raises(tf.errors.InvalidArgumentError, match="annotations say"):
         next(iter(pipeline.build_train_dataset(_cfg(**{"MODEL.MASK_ON": False}), wrong)))
+
+
+def test_cpu_pipeline_loads_one_image_at_a_time_one_batch_ahead():
+    """On CPUs alone the step takes the cores for seconds per image: no parallel loading, one batch ahead."""
+    assert pipeline.input_parallelism() == (1, 1)  # no GPU is visible to the tests

@@ -43,9 +43,9 @@ from tfdet.engine.checkpoint import (
 from tfdet.engine.lr_schedule import lr_at_iter
 from tfdet.engine.metrics_log import LearningRateLog, TrainingStats
 from tfdet.engine.optimizer import build_optimizer
-from tfdet.engine.strategy import build_strategy, global_batch_size, is_chief, scale_replica_loss, strategy_name
+from tfdet.engine.strategy import build_strategy, global_batch_size, is_chief, scale_replica_loss
 from tfdet.engine.weights import copy_initial_weights, export_final_weights, load_initial_weights
-from tfdet.graph_options import cpu_graph_options, one_op_at_a_time_on_cpu
+from tfdet.graph_options import cpu_graph_options
 from tfdet.modeling import build_model
 from tfdet.modeling.mixed_precision import needs_loss_scaling
 from tfdet.modeling.training_graph import loss_terms
@@ -122,8 +122,6 @@ class Trainer:
         self.cfg = cfg
         self.output_dir = os.fspath(output_dir or cfg.OUTPUT_DIR)
         refuse_affine_body_from_scratch(cfg, self.output_dir)
-        if strategy is None and strategy_name(cfg) == "default":
-            one_op_at_a_time_on_cpu()
         self.strategy = strategy or build_strategy(cfg)
         # the datasets are read (and checked) before any model is built: bad input stops the run at once
         self.roidb = roidb if roidb is not None else training_roidb(cfg)
