@@ -33,7 +33,6 @@ import glob
 import os
 import pathlib
 import re
-import resource
 import shutil
 import statistics
 import sys
@@ -41,6 +40,7 @@ import tempfile
 import time
 
 import tensorflow as tf
+from bench_inference import peak_rss_mb  # benchmarks/ is on the path
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PEERS = ROOT.parent / "shared" / "peers"
@@ -147,11 +147,6 @@ def pipeline_rate(trainer, batches):
     return batches * trainer.global_batch / (time.perf_counter() - start)
 
 
-def rss_mb():
-    """Peak resident memory of the process so far (ru_maxrss), MB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
 def print_tables(op_seconds, by_op, at_peak, peak_ops, peak, wall, top):
     total = sum(op_seconds.values())
     stages = collections.defaultdict(dict)
@@ -212,17 +207,17 @@ def main():
         roidb = load_coco_roidb(protocol.write_dataset(str(work), height, width), str(work),
                                 with_masks=bool(cfg.MODEL.MASK_ON))
         trainer = Trainer(cfg, roidb=roidb, progress=False)
-        built_rss = rss_mb()
+        built_rss = peak_rss_mb()
         batch = next(iter(trainer.distributed_dataset(0)))
         times, first_step_rss = [], None
         for step in range(args.warmup + args.runs):
             start = time.perf_counter()
             trainer.train_step(batch)
             if step == 0:
-                first_step_rss = rss_mb()
+                first_step_rss = peak_rss_mb()
             if step >= args.warmup:
                 times.append(time.perf_counter() - start)
-        step_rss = rss_mb()
+        step_rss = peak_rss_mb()
         logdir = work / "trace"
         tf.profiler.experimental.start(str(logdir), options=tf.profiler.experimental.ProfilerOptions(
             host_tracer_level=3, python_tracer_level=0, device_tracer_level=0))

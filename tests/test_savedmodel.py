@@ -296,6 +296,20 @@ def child_results(work, returncode, stdout, stderr):
     return report, outputs
 
 
+def served_one_model(work, name, predictor, out, requests, images):
+    """(child's report, its outputs, the Predictor's wanted results) of one model served by a fresh child while
+    this process predicts the same requests."""
+    child = start(work, "child", child_command(work, {name: (str(out), requests)}, images))
+    try:
+        wants = predict_requests(predictor, requests, images)
+        report, outputs = child_results(work, *finished(work, "child", child))
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    return report, outputs, wants
+
+
 @pytest.fixture(scope="module")
 def serving_child(tiny_model, images, tmp_path_factory):
     """(work folder, the fresh interpreter that imports only TensorFlow), started as soon as the model exists so
@@ -351,14 +365,7 @@ def test_retinanet_is_served_like_the_predictor(retinanet_model, images, tmp_pat
     test_labels_of_unnamed_classes_are_ids."""
     predictor, out = retinanet_model
     work = tmp_path_factory.mktemp("processes")
-    child = start(work, "child", child_command(work, {RETINANET: (str(out), TINY_REQUESTS)}, images))
-    try:
-        wants = predict_requests(predictor, TINY_REQUESTS, images)
-        report, outputs = child_results(work, *finished(work, "child", child))
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    report, outputs, wants = served_one_model(work, RETINANET, predictor, out, TINY_REQUESTS, images)
     assert report["our_modules"] == []
     check_batch(outputs[f"{RETINANET}/batch"], wants["batch"], TINY_REQUESTS, predictor.cfg, images)
     assert not {"detection_masks", "detection_keypoints"} & set(outputs[f"{RETINANET}/batch"])
@@ -628,14 +635,7 @@ def test_slow_r50_model_is_served_like_the_predictor(images, tmp_path_factory, n
     them without any detection: served by a fresh interpreter that never imports our packages."""
     base, work = tmp_path_factory.mktemp("serving"), tmp_path_factory.mktemp("processes")
     predictor, out = export_demo_model(name, base, tmp_path_factory.mktemp("weights"))
-    child = start(work, "child", child_command(work, {name: (str(out), DEMO_REQUESTS)}, images))
-    try:
-        wants = predict_requests(predictor, DEMO_REQUESTS, images)
-        report, outputs = child_results(work, *finished(work, "child", child))
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    report, outputs, wants = served_one_model(work, name, predictor, out, DEMO_REQUESTS, images)
     assert report["our_modules"] == []
     check_batch(outputs[f"{name}/batch"], wants["batch"], DEMO_REQUESTS, predictor.cfg, images, blank_is_empty=True)
     check_undecodable(report, outputs, name, predictor.cfg, wants["after_bad"])

@@ -102,8 +102,12 @@ class CaffeConv2D(keras.layers.Layer):
         return outputs
 
     def _convolve(self, inputs, kernel):
-        return tf.nn.conv2d(inputs, kernel, strides=self.strides, padding=self._tf_padding(),
-                            dilations=self.dilation_rate)
+        padding = self._tf_padding()
+        if self.dilation_rate > 1 and padding == "SAME":
+            # The same convolution through space-to-batch: TensorFlow's Eigen CPU kernels (oneDNN off, as on AVX2
+            # CPUs) have no gradient for a dilated Conv2D, so such heads could not train there.
+            return tf.nn.atrous_conv2d(inputs, kernel, self.dilation_rate, padding)
+        return tf.nn.conv2d(inputs, kernel, strides=self.strides, padding=padding, dilations=self.dilation_rate)
 
     def _tf_padding(self):
         """TensorFlow's padding argument for Caffe2's symmetric `padding`: 'VALID' without padding, 'SAME' where
