@@ -194,13 +194,9 @@ def pool_crop_lattices(features_by_level, lattices, box_indices, levels, output_
     """RoIAlign with a fixed grid: CropAndResize of each box's `crop_lattices` on its map, edge-padded, then
     the mean of each bin. Box r is read from `features_by_level[levels[r]]` (`levels` None: one map)."""
     out_h, out_w = _pair(output_size)
-    # Padded once the boxes are known: a padded copy of every map would otherwise wait in memory, from the
-    # moment the maps exist, for RoIs that come much later (a training step's mask RoIs).
-    with tf.control_dependencies([lattices]):
-        padded = [tf.pad(tf.cast(features, tf.float32), [[0, 0], [1, 1], [1, 1], [0, 0]], mode="SYMMETRIC")
-                  for features in features_by_level]
-    bins = crop_and_resize_levels(padded, lattices, box_indices, levels,
-                                  (out_h * sampling_ratio, out_w * sampling_ratio), pool=sampling_ratio)
+    maps = [tf.cast(features, tf.float32) for features in features_by_level]
+    bins = crop_and_resize_levels(maps, lattices, box_indices, levels, (out_h * sampling_ratio, out_w * sampling_ratio),
+                                  pool=sampling_ratio, edge_pad=True)
     return tf.cast(bins, features_by_level[0].dtype)
 
 
@@ -210,11 +206,13 @@ def crop_and_resize(image, boxes, box_indices, crop_size):
     return crop_and_resize_levels([image], boxes, box_indices, None, crop_size)
 
 
-def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1):
+def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1, edge_pad=False):
     """`tf.image.crop_and_resize` of box r from `images[levels[r]]` (float32 maps of any sizes, e.g. a
     pyramid's; `levels` None: `images` holds one), crops in the boxes' order, with an exact gradient w.r.t.
     the images (boxes are constants). `pool` > 1 averages each crop's pool x pool cells (RoIAlign's bins)
-    before the levels' crops are put back in order: a pool**2 smaller tensor to stitch.
+    before the levels' crops are put back in order: a pool**2 smaller tensor to stitch. `edge_pad`: the boxes
+    are on the images edge-padded by one cell per side (RoIAlign's border rule), padded here once the boxes
+    exist; the gradient adds a border sample's share straight into the edge pixel it copies.
 
     TF's CPU gradient kernel shards the boxes over threads that add into the same pixels without
     synchronisation, so where boxes overlap it loses updates, a different part on every run. This gradient
@@ -225,6 +223,12 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1
     # boxes, box_indices and levels are arguments whose gradient is None: nothing flows back into the boxes.
     @custom_gradient
     def crop(boxes, box_indices, levels, *images):
+        if edge_pad:
+            # Padded once the boxes are known: a padded copy of every map would otherwise wait in memory, from
+            # the moment the maps exist, for RoIs that come much later (a training step's mask RoIs).
+            with tf.control_dependencies([boxes]):
+                images = [tf.pad(image, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="SYMMETRIC") for image in images]
+
         def pool_cells(crops):
             return tf.nn.avg_pool2d(crops, pool, pool, "VALID") if pool > 1 else crops
 
@@ -252,7 +256,8 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1
 
         def gradient(upstream):
             image_gradients = _crop_and_resize_images_gradient(
-                upstream, crop_size, boxes, box_indices, levels if num_images > 1 else None, image_shapes, pool
+                upstream, crop_size, boxes, box_indices, levels if num_images > 1 else None, image_shapes, pool,
+                border=1 if edge_pad else 0,
             )
             return (None, None, None, *image_gradients)
 
@@ -263,22 +268,32 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1
     return crop(boxes, box_indices, levels, *images)
 
 
-def _crop_and_resize_images_gradient(upstream, crop_size, boxes, box_indices, levels, image_shapes, pool=1):
+def _crop_and_resize_images_gradient(upstream, crop_size, boxes, box_indices, levels, image_shapes, pool=1,
+                                     border=0):
     """The transpose of CropAndResize for the (N, H, W, C) images of `image_shapes`, given the gradient
     (R, crop_h / pool, crop_w / pool, C) of its crops (`crop_size`) averaged over pool x pool cells (each of
-    a cell's samples gets 1 / pool**2 of its gradient): the images' pixels as one table, segment sums."""
+    a cell's samples gets 1 / pool**2 of its gradient): the images' pixels as one table, segment sums.
+    `border` > 0: the crops were taken from the images edge-padded by `border` cells per side, whose
+    gradient is that of the unpadded images (each padding pixel's share goes to the edge pixel it copies)."""
     crop_h, crop_w = crop_size
-    shapes = tf.stack(image_shapes)
+    cropped_shapes = tf.stack(image_shapes)
+    shapes = cropped_shapes - tf.constant([0, 2 * border, 2 * border, 0])
     sizes = tf.reduce_prod(shapes[:, :3], axis=1)
     if levels is None:  # one image: its sizes for every box, no offset
-        heights, widths, offsets = shapes[0, 1], shapes[0, 2], 0
+        box_cropped, box_shapes, offsets = cropped_shapes[0], shapes[0], 0
+        heights, widths = box_shapes[1], box_shapes[2]
+        cropped_heights, cropped_widths = box_cropped[1], box_cropped[2]
     else:  # each box's own image, whose pixels start after those of the images before it
-        box_shapes = tf.gather(shapes, levels)
+        box_cropped, box_shapes = tf.gather(cropped_shapes, levels), tf.gather(shapes, levels)
         heights, widths = box_shapes[:, 1], box_shapes[:, 2]
+        cropped_heights, cropped_widths = box_cropped[:, 1], box_cropped[:, 2]
         offsets = tf.gather(tf.cumsum(sizes, exclusive=True), levels)
     y1, x1, y2, x2 = tf.unstack(boxes, axis=1)
-    rows, row_weights = _lattice_corners(y1, y2, crop_h, heights)
-    cols, col_weights = _lattice_corners(x1, x2, crop_w, widths)
+    rows, row_weights = _lattice_corners(y1, y2, crop_h, cropped_heights)
+    cols, col_weights = _lattice_corners(x1, x2, crop_w, cropped_widths)
+    if border:
+        rows = tf.clip_by_value(rows - border, 0, _per_box(heights) - 1)
+        cols = tf.clip_by_value(cols - border, 0, _per_box(widths) - 1)
     row_starts = _per_box(offsets) + (_per_box(box_indices) * _per_box(heights) + rows) * _per_box(widths)
     # One (row corner, column corner) pair of every sample at a time, each added into the running total:
     # an (R, h, w, C) block of contributions alive at once, not all four pairs' (R, h, w, 2, 2, C).
@@ -298,9 +313,8 @@ def _crop_and_resize_images_gradient(upstream, crop_size, boxes, box_indices, le
                                                     tf.reshape(pixels, [-1]), tf.reduce_sum(sizes))
             total = part if total is None else total + part
     if len(image_shapes) == 1:
-        return [tf.reshape(total, image_shapes[0])]
-    return [tf.reshape(part, shape) for part, shape in zip(tf.split(total, sizes, num=len(image_shapes)),
-                                                            image_shapes)]
+        return [tf.reshape(total, shapes[0])]
+    return [tf.reshape(part, shapes[i]) for i, part in enumerate(tf.split(total, sizes, num=len(image_shapes)))]
 
 
 def _per_box(values):
