@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from support.training_fixtures import first_batch, shapes_roidb, tiny_cfg
+from support.training_fixtures import C4_MASK_RCNN, first_batch, model_inputs, shapes_roidb, tiny_cfg
 from tfdet.config import load_config
 from tfdet.engine.weights import export_final_weights
 from tfdet.inference import Predictor
@@ -48,12 +48,6 @@ def training_model(cfg):
 def batch(cfg, tmp_path_factory):
     roidb = shapes_roidb(tmp_path_factory.mktemp("shapes"), num_images=8, min_objects=2)
     return first_batch(cfg, roidb)
-
-
-def model_inputs(model, batch, seeds=((3, 0), (3, 1))):
-    inputs = {name: batch[name] for name in model.input if name != "seeds"}
-    inputs["seeds"] = tf.constant(seeds, tf.int64)
-    return inputs
 
 
 def test_losses_are_detectrons_terms_and_every_trainable_weight_gets_a_gradient(cfg, training_model, batch):
@@ -215,15 +209,6 @@ def test_mask_boxes_are_the_outer_pixel_edges():
     boxes = mask_boxes(tf.constant(masks)).numpy()
     np.testing.assert_array_equal(boxes[0], [[3, 2, 9, 5], [0, 7, 1, 8], [0, 0, 0, 0]])
 
-
-C4_MASK_RCNN = (
-    "MODEL.CONV_BODY", "ResNet.add_ResNet50_conv4_body", "MODEL.KEYPOINTS_ON", "False", "FPN.FPN_ON", "False",
-    "FPN.MULTILEVEL_ROIS", "False", "FPN.MULTILEVEL_RPN", "False", "RPN.SIZES", "(32, 64, 128)",
-    "FAST_RCNN.ROI_BOX_HEAD", "ResNet.add_ResNet_roi_conv5_head", "FAST_RCNN.ROI_XFORM_RESOLUTION", "14",
-    "FAST_RCNN.ROI_XFORM_SAMPLING_RATIO", "0", "MRCNN.ROI_MASK_HEAD", "mask_rcnn_heads.mask_rcnn_fcn_head_v0upshare",
-    "MRCNN.ROI_XFORM_RESOLUTION", "14", "MRCNN.ROI_XFORM_SAMPLING_RATIO", "0", "MRCNN.RESOLUTION", "14",
-    "TRAIN.BATCH_SIZE_PER_IM", "8", "TRAIN.RPN_POST_NMS_TOP_N", "100",
-)
 
 
 @pytest.mark.parametrize("overrides, expected", [

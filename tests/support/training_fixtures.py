@@ -61,6 +61,24 @@ def first_batch(cfg, roidb):
     return next(iter(build_train_dataset(cfg, roidb, flip=False)))
 
 
+# The tiny config as a C4 Mask R-CNN: ResNet-50 conv4 body, the res5 box head shared with the mask head.
+C4_MASK_RCNN = (
+    "MODEL.CONV_BODY", "ResNet.add_ResNet50_conv4_body", "MODEL.KEYPOINTS_ON", "False", "FPN.FPN_ON", "False",
+    "FPN.MULTILEVEL_ROIS", "False", "FPN.MULTILEVEL_RPN", "False", "RPN.SIZES", "(32, 64, 128)",
+    "FAST_RCNN.ROI_BOX_HEAD", "ResNet.add_ResNet_roi_conv5_head", "FAST_RCNN.ROI_XFORM_RESOLUTION", "14",
+    "FAST_RCNN.ROI_XFORM_SAMPLING_RATIO", "0", "MRCNN.ROI_MASK_HEAD", "mask_rcnn_heads.mask_rcnn_fcn_head_v0upshare",
+    "MRCNN.ROI_XFORM_RESOLUTION", "14", "MRCNN.ROI_XFORM_SAMPLING_RATIO", "0", "MRCNN.RESOLUTION", "14",
+    "TRAIN.BATCH_SIZE_PER_IM", "8", "TRAIN.RPN_POST_NMS_TOP_N", "100",
+)
+
+
+def model_inputs(model, batch, seeds=((3, 0), (3, 1))):
+    """The inputs of training `model` from `batch`, with fixed per-image sampling seeds."""
+    inputs = {name: batch[name] for name in model.input if name != "seeds"}
+    inputs["seeds"] = tf.constant(seeds, tf.int64)
+    return inputs
+
+
 # The RPN's output layers, zeroed by the strategy-equivalence tests: every objectness is exactly 0.5 and every
 # delta 0, so the proposals are the anchors, ranked by index, on any split of the batch. (From random RPN
 # weights, rounding differences can swap near-tied proposal scores and so change which RoIs are sampled: a

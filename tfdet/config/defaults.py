@@ -271,6 +271,7 @@ DEFAULTS = (
     ("TFDET.SIZE_DIVISIBILITY", 0, "Pad input images to multiples of this (maskrcnn-benchmark's DATALOADER.SIZE_DIVISIBILITY); 0 (or less): Detectron's rule, FPN.COARSEST_STRIDE for FPN models, the batch's largest image otherwise."),
     ("TFDET.DA_HEAD_INIT", "fork", "DA heads' weight initialisation: fork (its N(0, 0.001^2) image, N(0, 0.01^2) / N(0, 0.05^2) instance layers) or he_normal (Keras' HeNormal; narrow models trained from scratch)."),
     ("TFDET.DA_IMG_FEATURES", (), "DA image-level classifiers' inputs: () the body's outputs (the fork), or ResNet stages such as (res2, res3), one classifier each (tfdet.modeling.domain_adaptation)."),
+    ("TFDET.RECOMPUTE_BODY_STAGES", True, "Training: recompute the body's trainable ResNet stages in the backward pass instead of keeping their activations (less memory, one more forward pass of those stages; the same numbers; tfdet.modeling.rematerialization)."),
     ("TFDET.ALLOW_AFFINE_FROM_SCRATCH", False, "Train AffineChannel (frozen-BN) ResNet blocks from random weights; refused by default: the losses reach NaN (single-step tests set it)."),
 )
 

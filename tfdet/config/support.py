@@ -663,6 +663,9 @@ SUPPORT = {
     "TFDET.DA_IMG_FEATURES": Implemented(
         "tests/test_domain_adaptation.py::test_image_level_classifiers_on_resnet_stages"
     ),
+    "TFDET.RECOMPUTE_BODY_STAGES": Implemented(
+        "tests/test_rematerialization.py::test_recomputed_stages_give_the_same_losses_and_gradients"
+    ),
     "TFDET.ALLOW_AFFINE_FROM_SCRATCH": Implemented(
         "tests/test_train_refusal.py::test_affine_body_trains_with_initial_weights_or_opt_out"
     ),

@@ -48,6 +48,7 @@ from tfdet.engine.weights import copy_initial_weights, export_final_weights, loa
 from tfdet.graph_options import cpu_graph_options
 from tfdet.modeling import build_model
 from tfdet.modeling.mixed_precision import needs_loss_scaling
+from tfdet.modeling.rematerialization import training_forward
 from tfdet.modeling.training_graph import loss_terms
 
 logger = logging.getLogger(__name__)
@@ -137,6 +138,7 @@ class Trainer:
             if needs_loss_scaling(cfg):  # mixed_float16: dynamic loss scaling around Detectron's SGD
                 self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
                 self.optimizer.build(self.model.trainable_variables)
+            self.forward = training_forward(cfg, self.model)
         self.input_names = [name for name in self.model.input if name != "seeds"]
         self.checkpointer = TrainingCheckpointer(self.output_dir, self.model, self.optimizer, strategy=self.strategy)
         self.resumed_from = None
@@ -188,7 +190,7 @@ class Trainer:
             self.cfg.RNG_SEED, self.optimizer.iterations, self.global_batch, tf.shape(inputs["images"])[0]
         )
         with tf.GradientTape() as tape:
-            outputs = self.model(inputs, training=True)
+            outputs = self.forward(inputs, training=True)
             total = tf.add_n(list(loss_terms(outputs).values()))
             scaled = scale_replica_loss(total)
             if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
