@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from support.training_fixtures import C4_MASK_RCNN, first_batch, model_inputs, shapes_roidb, tiny_cfg
+from support.training_fixtures import C4_MASK_RCNN, SMALL_GRAPH, first_batch, model_inputs, shapes_roidb, tiny_cfg
+from tfdet.engine.trainer import Trainer
 from tfdet.layers.recomputed_segment import RecomputedSegment
 from tfdet.modeling import build_model
 from tfdet.modeling.rematerialization import body_stage_segments, recomputing_view, training_forward
@@ -41,7 +42,7 @@ def forward_convolutions(graph, layer_name):
 
 
 def test_recomputed_stages_give_the_same_losses_and_gradients(tmp_path):
-    cfg = tiny_cfg()  # FREEZE_AT 0: every stage of the body trains
+    cfg = tiny_cfg(*SMALL_GRAPH)  # FREEZE_AT 0: every stage of the body trains
     keras.utils.set_random_seed(0)
     model = build_model(cfg, training=True)
     segments = body_stage_segments(model)
@@ -74,6 +75,15 @@ def test_recomputed_stages_give_the_same_losses_and_gradients(tmp_path):
 def test_body_stage_segments_leave_frozen_moved_and_head_stages(overrides, excluded, expected):
     model = build_model(tiny_cfg(*overrides), training=True)
     assert body_stage_segments(model, excluded_stages=excluded) == expected
+
+
+def test_the_trainer_steps_through_the_view_when_on(tmp_path):
+    cfg = tiny_cfg(*SMALL_GRAPH, "TFDET.RECOMPUTE_BODY_STAGES", "True")
+    trainer = Trainer(cfg, tmp_path / "out", roidb=shapes_roidb(tmp_path, num_images=2), progress=False)
+    assert trainer.forward is not trainer.model
+    assert any(isinstance(layer, RecomputedSegment) for layer in trainer.forward.layers)
+    outputs = trainer.train_step(next(iter(trainer.distributed_dataset(0))))
+    assert all(np.isfinite(value) for value in outputs.values()) and trainer.iteration == 1
 
 
 def test_training_forward_is_the_model_itself_when_off():
