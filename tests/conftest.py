@@ -20,7 +20,7 @@ LONGEST_FIRST = (
     "test_runtime_export.py", "test_savedmodel.py", "test_litert_export.py", "test_train_cli.py", "test_predictor.py",
     "test_trainer.py",
     "test_mixed_precision.py", "test_domain_adaptation.py", "test_porting_zoo.py", "test_infer.py", "test_finetune.py",
-    "test_class_names.py", "test_zoo.py", "test_generalized_rcnn.py", "test_checked_once.py", "test_onnx_ops.py",
+    "test_class_names.py", "test_rematerialization.py", "test_zoo.py", "test_generalized_rcnn.py", "test_checked_once.py", "test_onnx_ops.py",
     "test_console.py", "test_savedmodel_preprocessing.py", "test_keypoints.py", "test_custom_gradient.py",
     "test_roi_align.py", "test_porting.py", "test_savedmodel_client.py", "test_retinanet_training.py",
     "test_device_map.py", "test_retinanet_port.py", "test_retinanet.py", "test_maskrcnn_benchmark_port.py",

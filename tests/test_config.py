@@ -109,7 +109,8 @@ def test_domain_adaptation_and_tfdet_defaults():
     assert cfg.TRAIN.TARGET_DATASETS == ()
     assert cfg.TFDET.to_dict() == {
         "STRATEGY": "", "ROI_ALIGN_ALIGNED": False, "DEVICE_MAP": {}, "MIXED_PRECISION": "", "SIZE_DIVISIBILITY": 0,
-        "DA_HEAD_INIT": "fork", "DA_IMG_FEATURES": (), "ALLOW_AFFINE_FROM_SCRATCH": False,
+        "DA_HEAD_INIT": "fork", "DA_IMG_FEATURES": (), "RECOMPUTE_BODY_STAGES": True,
+        "ALLOW_AFFINE_FROM_SCRATCH": False,
     }  # fmt: skip
 
 
@@ -444,7 +445,8 @@ def test_attribute_access_and_mapping_behaviour():
     assert list(cfg)[:3] == ["TRAIN", "DATA_LOADER", "TEST"]
     assert "MODEL" in cfg and dict(cfg.TFDET) == {
         "STRATEGY": "", "ROI_ALIGN_ALIGNED": False, "DEVICE_MAP": {}, "MIXED_PRECISION": "", "SIZE_DIVISIBILITY": 0,
-        "DA_HEAD_INIT": "fork", "DA_IMG_FEATURES": (), "ALLOW_AFFINE_FROM_SCRATCH": False,
+        "DA_HEAD_INIT": "fork", "DA_IMG_FEATURES": (), "RECOMPUTE_BODY_STAGES": True,
+        "ALLOW_AFFINE_FROM_SCRATCH": False,
     }
     assert not hasattr(cfg.MODEL, "NUM_CLASS")
     with pytest.raises(AttributeError, match="did you mean 'MODEL.NUM_CLASSES'"):
