@@ -255,8 +255,8 @@ def assert_convolutions_read_int8_weights(path):
 @pytest.mark.slow
 def test_int8_export_on_the_command_line(tiny_config, images, tmp_path):
     path = tmp_path / "tiny_int8.onnx"
-    args = ["--cfg", str(tiny_config.config), "--weights", str(tiny_config.weights), "--format", "onnx", "--precision", "int8",
-            "--calibrate", str(images), "--out", str(path), *TINY_TEST, *SERVING]  # fmt: skip
+    args = ["--cfg", str(tiny_config.config), "--weights", str(tiny_config.weights), "--format", "onnx",
+            "--precision", "int8", "--calibrate", str(images), "--out", str(path), *TINY_TEST, *SERVING]  # fmt: skip
     assert export_main(args) == 0
     assert_convolutions_read_int8_weights(path)
     model = ExportedModel(path)
@@ -278,8 +278,8 @@ def test_openvino_computes_in_the_precision_asked_or_says_which(exported, images
 @pytest.mark.slow
 def test_openvino_bfloat16_export_on_the_command_line(tiny_config, images, tmp_path):
     path = tmp_path / "tiny_bf16.xml"
-    args = ["--cfg", str(tiny_config.config), "--weights", str(tiny_config.weights), "--format", "openvino", "--precision",
-            "bfloat16", "--out", str(path), *TINY_TEST, *SERVING]  # fmt: skip
+    args = ["--cfg", str(tiny_config.config), "--weights", str(tiny_config.weights), "--format", "openvino",
+            "--precision", "bfloat16", "--out", str(path), *TINY_TEST, *SERVING]  # fmt: skip
     assert export_main(args) == 0
     model = ExportedModel(path)
     assert model.metadata["precision"] == "bfloat16"

@@ -276,21 +276,17 @@ def _crop_and_resize_images_gradient(upstream, crop_size, boxes, box_indices, le
     `border` > 0: the crops were taken from the images edge-padded by `border` cells per side, whose
     gradient is that of the unpadded images (each padding pixel's share goes to the edge pixel it copies)."""
     crop_h, crop_w = crop_size
-    cropped_shapes = tf.stack(image_shapes)
-    shapes = cropped_shapes - tf.constant([0, 2 * border, 2 * border, 0])
+    shapes = tf.stack(image_shapes) - tf.constant([0, 2 * border, 2 * border, 0])  # the unpadded images'
     sizes = tf.reduce_prod(shapes[:, :3], axis=1)
     if levels is None:  # one image: its sizes for every box, no offset
-        box_cropped, box_shapes, offsets = cropped_shapes[0], shapes[0], 0
-        heights, widths = box_shapes[1], box_shapes[2]
-        cropped_heights, cropped_widths = box_cropped[1], box_cropped[2]
+        heights, widths, offsets = shapes[0, 1], shapes[0, 2], 0
     else:  # each box's own image, whose pixels start after those of the images before it
-        box_cropped, box_shapes = tf.gather(cropped_shapes, levels), tf.gather(shapes, levels)
+        box_shapes = tf.gather(shapes, levels)
         heights, widths = box_shapes[:, 1], box_shapes[:, 2]
-        cropped_heights, cropped_widths = box_cropped[:, 1], box_cropped[:, 2]
         offsets = tf.gather(tf.cumsum(sizes, exclusive=True), levels)
     y1, x1, y2, x2 = tf.unstack(boxes, axis=1)
-    rows, row_weights = _lattice_corners(y1, y2, crop_h, cropped_heights)
-    cols, col_weights = _lattice_corners(x1, x2, crop_w, cropped_widths)
+    rows, row_weights = _lattice_corners(y1, y2, crop_h, heights + 2 * border)
+    cols, col_weights = _lattice_corners(x1, x2, crop_w, widths + 2 * border)
     if border:
         rows = tf.clip_by_value(rows - border, 0, _per_box(heights) - 1)
         cols = tf.clip_by_value(cols - border, 0, _per_box(widths) - 1)
