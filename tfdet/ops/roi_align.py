@@ -216,8 +216,9 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1
 
     TF's CPU gradient kernel shards the boxes over threads that add into the same pixels without
     synchronisation, so where boxes overlap it loses updates, a different part on every run. This gradient
-    takes the kernel's sample positions and sums each sample's four bilinear corner contributions per pixel
-    with segment sums over every image's pixels: deterministic, nothing lost.
+    takes the kernel's sample positions and multiplies the crops' gradient by the transposed sampling (a sparse
+    matrix of each sample's four bilinear corner weights) into one table of every image's pixels: deterministic,
+    nothing lost.
     """
     num_images = len(images)
     # boxes, box_indices and levels are arguments whose gradient is None: nothing flows back into the boxes.
@@ -272,10 +273,13 @@ def _crop_and_resize_images_gradient(upstream, crop_size, boxes, box_indices, le
                                      border=0):
     """The transpose of CropAndResize for the (N, H, W, C) images of `image_shapes`, given the gradient
     (R, crop_h / pool, crop_w / pool, C) of its crops (`crop_size`) averaged over pool x pool cells (each of
-    a cell's samples gets 1 / pool**2 of its gradient): the images' pixels as one table, segment sums.
+    a cell's samples gets 1 / pool**2 of its gradient). The sampling is a sparse (cells, pixels) matrix of
+    bilinear weights (four corners per sample) whose transpose multiplies the cells' gradient into one table of
+    the images' pixels: no block of per-sample contributions, and a serial, deterministic sum.
     `border` > 0: the crops were taken from the images edge-padded by `border` cells per side, whose
     gradient is that of the unpadded images (each padding pixel's share goes to the edge pixel it copies)."""
     crop_h, crop_w = crop_size
+    cells_h, cells_w = crop_h // pool, crop_w // pool
     shapes = tf.stack(image_shapes) - tf.constant([0, 2 * border, 2 * border, 0])  # the unpadded images'
     sizes = tf.reduce_prod(shapes[:, :3], axis=1)
     if levels is None:  # one image: its sizes for every box, no offset
@@ -291,23 +295,19 @@ def _crop_and_resize_images_gradient(upstream, crop_size, boxes, box_indices, le
         rows = tf.clip_by_value(rows - border, 0, _per_box(heights) - 1)
         cols = tf.clip_by_value(cols - border, 0, _per_box(widths) - 1)
     row_starts = _per_box(offsets) + (_per_box(box_indices) * _per_box(heights) + rows) * _per_box(widths)
-    # One (row corner, column corner) pair of every sample at a time, each added into the running total:
-    # an (R, h, w, C) block of contributions alive at once, not all four pairs' (R, h, w, 2, 2, C).
-    total = None
-    for row_corner in range(2):
-        for col_corner in range(2):
-            pixels = (tf.reshape(row_starts[..., row_corner], [-1, crop_h, 1])
-                      + tf.reshape(cols[..., col_corner], [-1, 1, crop_w]))
-            # (R, cells_h, pool, cells_w, pool): each sample's weight, beside its cell's gradient
-            weights = (tf.reshape(row_weights[..., row_corner], [-1, crop_h // pool, pool, 1, 1])
-                       * tf.reshape(col_weights[..., col_corner], [-1, 1, 1, crop_w // pool, pool]))
-            if pool > 1:
-                weights = weights / float(pool * pool)
-            cells = upstream[:, :, None, :, None, :]
-            with tf.control_dependencies([] if total is None else [total]):
-                part = tf.math.unsorted_segment_sum(_pixel_table(cells * tf.expand_dims(weights, -1)),
-                                                    tf.reshape(pixels, [-1]), tf.reduce_sum(sizes))
-            total = part if total is None else total + part
+    # (R, cells_h, pool, row corner, cells_w, pool, column corner): every sample's four corners, by its cell
+    row_axes, col_axes = [-1, cells_h, pool, 2, 1, 1, 1], [-1, 1, 1, 1, cells_w, pool, 2]
+    pixels = tf.reshape(row_starts, row_axes) + tf.reshape(cols, col_axes)
+    weights = tf.reshape(row_weights, row_axes) * tf.reshape(col_weights, col_axes)
+    if pool > 1:
+        weights = weights / float(pool * pool)
+    num_cells = tf.shape(upstream)[0] * cells_h * cells_w
+    cells = tf.broadcast_to(tf.reshape(tf.range(num_cells), [-1, cells_h, 1, 1, cells_w, 1, 1]), tf.shape(pixels))
+    sampling = tf.sparse.SparseTensor(
+        tf.cast(tf.stack([tf.reshape(cells, [-1]), tf.reshape(pixels, [-1])], axis=1), tf.int64),
+        tf.reshape(weights, [-1]),
+        tf.cast(tf.stack([num_cells, tf.reduce_sum(sizes)]), tf.int64))
+    total = tf.sparse.sparse_dense_matmul(sampling, _pixel_table(upstream), adjoint_a=True)
     if len(image_shapes) == 1:
         return [tf.reshape(total, shapes[0])]
     return [tf.reshape(part, shapes[i]) for i, part in enumerate(tf.split(total, sizes, num=len(image_shapes)))]
