@@ -12,6 +12,7 @@ from tfdet.imaging.mask_paste import paste_masks
 from tfdet.imaging.preprocessing import as_bgr_image, model_inputs
 from tfdet.layers import placeholder_initialization
 from tfdet.modeling import build_model
+from tfdet.op_tracebacks import user_frames_only
 from tfdet.test_time_augmentation import TestTimeAugmentation, uses_test_time_augmentation
 from tfdet.weights.weights_file import load_weights, weights_file
 
@@ -105,7 +106,7 @@ class Predictor:
 
     def _predict_batch(self, images):
         images = [as_bgr_image(image) for image in images]  # a missing image (None) in one line, TTA included
-        with cpu_graph_options():
+        with cpu_graph_options(), user_frames_only():
             if self._augmentation is not None:
                 return [self._augmentation.detect(image, self._mask_paster(image.shape[:2])) for image in images]
             outputs = {k: v.numpy() for k, v in self._run(self.model_inputs(images)).items()}

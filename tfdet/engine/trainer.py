@@ -50,6 +50,7 @@ from tfdet.modeling import build_model
 from tfdet.modeling.mixed_precision import needs_loss_scaling
 from tfdet.modeling.rematerialization import training_forward
 from tfdet.modeling.training_graph import loss_terms
+from tfdet.op_tracebacks import user_frames_only
 
 logger = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ class Trainer:
 
     def train_step(self, distributed_batch):
         """One iteration on a distributed batch: {name: float} loss terms and metrics, means over replicas."""
-        with cpu_graph_options():
+        with cpu_graph_options(), user_frames_only():
             outputs = self._step(distributed_batch)
         return {name: float(value) for name, value in outputs.items()}
 
