@@ -364,6 +364,21 @@ def test_conv_affine_is_computed_by_the_convolution_with_its_own_weights(rng):
     assert not affine.trainable_weights
 
 
+def test_a_folded_kernel_is_made_once_the_inputs_exist():
+    """The fold (kernel * scale) waits for the convolution's inputs: in a recomputed segment's backward pass,
+    whose inputs wait for the upstream gradient, the kernels would otherwise all be folded when the step starts
+    and held until their turn."""
+    inputs = keras.Input((None, None, 3))
+    model = keras.Model(inputs, conv_affine(inputs, None, "res2_0_branch2b", 4, 3, padding=1))
+    graph = tf.function(model).get_concrete_function(tf.TensorSpec([1, 6, 5, 3], tf.float32)).graph
+    (conv,) = [op for op in graph.get_operations() if op.type == "Conv2D"]
+    (fold,) = [op for op in graph.get_operations() if op.type == "Mul" and op.outputs[0].shape == (3, 3, 3, 4)]
+    assert conv.inputs[1].name == fold.outputs[0].name
+    # TensorFlow puts the control input on the first ops made in the block (the kernel and scale reads)
+    waiting = [fold, *(tensor.op for tensor in fold.inputs)]
+    assert any(conv.inputs[0].op in op.control_inputs for op in waiting)
+
+
 def test_only_a_convolution_without_bias_takes_an_affine():
     with pytest.raises(ValueError, match="without bias"):
         CaffeConv2D(4, 1, use_bias=True, name="fpn_inner").fold_affine(AffineChannel(name="fpn_inner_bn"))

@@ -81,7 +81,10 @@ class CaffeConv2D(keras.layers.Layer):
         kernel = self.kernel
         if self._folded_affine is not None:
             scale, shift = self._folded_affine()
-            kernel = kernel * scale
+            # Folded once the inputs exist: a recomputed segment's backward pass (tf.recompute_grad) would otherwise
+            # fold all its kernels when the step starts, as nothing else holds them back, and keep them until then.
+            with tf.control_dependencies([inputs]):
+                kernel = kernel * scale
         kernel = tf.cast(kernel, inputs.dtype)
         if self.groups > 1 and self.split_groups:
             outputs = tf.concat(
