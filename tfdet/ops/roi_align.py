@@ -44,6 +44,8 @@ from tfdet.ops.map_fn import map_fn
 _ADAPTIVE_SAMPLE_WINDOW = 6
 # Elements of the (chunk, out_h, W, C) intermediate of the adaptive path: 64 MB in float32.
 _DENSE_CHUNK_ELEMENTS = 1 << 24
+# Elements of the full-resolution crops CropAndResize makes at once (`_in_box_chunks`): 16 MB in float32.
+_CROP_CHUNK_ELEMENTS = 1 << 22
 # Set by `portable_crop_and_resize` on the thread that traces.
 _PORTABLE = threading.local()
 
@@ -170,8 +172,7 @@ def _pair(output_size):
 
 def _pixel_table(features):
     """Features (N, H, W, C) (or crops (R, h, w, C)) as a (N*H*W, C) table, keeping C static when it is known."""
-    channels = features.shape[-1] if features.shape[-1] is not None else tf.shape(features)[-1]
-    return tf.reshape(features, [-1, channels])
+    return tf.reshape(features, [-1, _channels(features)])
 
 
 def uses_crop_and_resize(dtype, sampling_ratio, xla=False):
@@ -234,7 +235,10 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1
             return tf.nn.avg_pool2d(crops, pool, pool, "VALID") if pool > 1 else crops
 
         def pooled_crops(image, boxes, box_indices):
-            return pool_cells(tf.image.crop_and_resize(image, boxes, box_indices, crop_size))
+            return _in_box_chunks(
+                lambda chunk_boxes, chunk_indices: pool_cells(
+                    tf.image.crop_and_resize(image, chunk_boxes, chunk_indices, crop_size)),
+                boxes, box_indices, _CROP_CHUNK_ELEMENTS // (crop_size[0] * crop_size[1] * _channels(image)))
 
         if getattr(_PORTABLE, "on", False):
             if num_images == 1:
@@ -267,6 +271,29 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1
     # custom_gradient takes tensors only: one image gets a placeholder scalar that `crop` never reads.
     levels = tf.zeros([], tf.int32) if levels is None else tf.cast(levels, tf.int32)
     return crop(boxes, box_indices, levels, *images)
+
+
+def _channels(features):
+    """The channels of (N, H, W, C) `features`: static when known, else a scalar tensor."""
+    return features.shape[-1] if features.shape[-1] is not None else tf.shape(features)[-1]
+
+
+def _in_box_chunks(crop, boxes, box_indices, chunk):
+    """`crop(boxes, box_indices)` over chunks of at most `chunk` boxes, in order: one chunk's full-resolution
+    crops in memory at a time (512 RoIs' 14 x 14 crops of a 256-channel map are 0.1 GB), the pooled ones
+    concatenated."""
+    count = tf.shape(boxes)[0]
+    chunk = tf.clip_by_value(chunk, 1, tf.maximum(count, 1))
+    num_chunks = tf.maximum((count + chunk - 1) // chunk, 1)
+    padding = num_chunks * chunk - count
+
+    def in_chunks(values):
+        padded = tf.pad(values, [[0, padding]] + [[0, 0]] * (values.shape.rank - 1))
+        return tf.reshape(padded, tf.concat([[num_chunks, chunk], tf.shape(values)[1:]], 0))
+
+    crops = map_fn(lambda args: crop(*args), (in_chunks(boxes), in_chunks(box_indices)),
+                   fn_output_signature=tf.float32)
+    return tf.reshape(crops, tf.concat([[-1], tf.shape(crops)[2:]], 0))[:count]
 
 
 def _crop_and_resize_images_gradient(upstream, crop_size, boxes, box_indices, levels, image_shapes, pool=1,
