@@ -300,49 +300,53 @@ def _crop_and_resize_images_gradient(upstream, crop_size, boxes, box_indices, le
                                      border=0):
     """The transpose of CropAndResize for the (N, H, W, C) images of `image_shapes`, given the gradient
     (R, crop_h / pool, crop_w / pool, C) of its crops (`crop_size`) averaged over pool x pool cells (each of
-    a cell's samples gets 1 / pool**2 of its gradient). The sampling is a sparse (cells, pixels) matrix of
-    bilinear weights (four corners per sample) whose transpose multiplies the cells' gradient into each image's
-    pixels: no block of per-sample contributions, and a serial, deterministic sum. Box r's image is
-    `levels[r]` (None: one image); each image's gradient is its own tensor, the size of the image.
+    a cell's samples gets 1 / pool**2 of its gradient). Box r's image is `levels[r]` (None: one image); each
+    image's gradient is its own tensor, made by `_image_gradient` from that image's boxes.
     `border` > 0: the crops were taken from the images edge-padded by `border` cells per side, whose
     gradient is that of the unpadded images (each padding pixel's share goes to the edge pixel it copies)."""
+    cell_gradients = _pixel_table(upstream)
+    num_boxes = tf.shape(boxes)[0]
+    if levels is None:
+        parts = [(tf.range(num_boxes), boxes, box_indices)]
+    else:
+        count = len(image_shapes)
+        parts = zip(tf.dynamic_partition(tf.range(num_boxes), levels, count),
+                    tf.dynamic_partition(boxes, levels, count), tf.dynamic_partition(box_indices, levels, count))
+    return [_image_gradient(cell_gradients, positions, image_boxes, image_indices, shape, crop_size, pool, border)
+            for (positions, image_boxes, image_indices), shape in zip(parts, image_shapes)]
+
+
+def _image_gradient(cell_gradients, positions, boxes, box_indices, padded_shape, crop_size, pool, border):
+    """The gradient of one (N, H, W, C) image (`padded_shape` with `border` cells more per side) from its
+    `boxes`, whose cells are rows `positions[i] * cells + cell` of `cell_gradients` (every box's cells, C).
+    The sampling is a sparse (cells, pixels) matrix of bilinear weights (four corners per sample) whose transpose
+    multiplies the cells' gradient into the image's pixels: no block of per-sample contributions, and a serial,
+    deterministic sum."""
     crop_h, crop_w = crop_size
     cells_h, cells_w = crop_h // pool, crop_w // pool
-    shapes = tf.stack(image_shapes) - tf.constant([0, 2 * border, 2 * border, 0])  # the unpadded images'
-    box_shapes = shapes[0] if levels is None else tf.gather(shapes, levels)
-    heights, widths = box_shapes[..., 1], box_shapes[..., 2]
+    shape = padded_shape - tf.constant([0, 2 * border, 2 * border, 0])  # the unpadded image's
+    height, width = shape[1], shape[2]
     y1, x1, y2, x2 = tf.unstack(boxes, axis=1)
-    rows, row_weights = _lattice_corners(y1, y2, crop_h, heights + 2 * border)
-    cols, col_weights = _lattice_corners(x1, x2, crop_w, widths + 2 * border)
+    rows, row_weights = _lattice_corners(y1, y2, crop_h, height + 2 * border)
+    cols, col_weights = _lattice_corners(x1, x2, crop_w, width + 2 * border)
     if border:
-        rows = tf.clip_by_value(rows - border, 0, _per_box(heights) - 1)
-        cols = tf.clip_by_value(cols - border, 0, _per_box(widths) - 1)
-    row_starts = (_per_box(box_indices) * _per_box(heights) + rows) * _per_box(widths)
-    # (R, cells_h, pool, row corner, cells_w, pool, column corner): every sample's four corners, by its cell
+        rows = tf.clip_by_value(rows - border, 0, height - 1)
+        cols = tf.clip_by_value(cols - border, 0, width - 1)
+    row_starts = (_per_box(box_indices) * height + rows) * width
+    # (boxes, cells_h, pool, row corner, cells_w, pool, column corner): every sample's four corners, by its cell
     row_axes, col_axes = [-1, cells_h, pool, 2, 1, 1, 1], [-1, 1, 1, 1, cells_w, pool, 2]
     pixels = tf.reshape(row_starts, row_axes) + tf.reshape(cols, col_axes)
     weights = tf.reshape(row_weights, row_axes) * tf.reshape(col_weights, col_axes)
     if pool > 1:
         weights = weights / float(pool * pool)
-    num_cells = tf.shape(upstream)[0] * cells_h * cells_w
-    cells = tf.broadcast_to(tf.reshape(tf.range(num_cells), [-1, cells_h, 1, 1, cells_w, 1, 1]), tf.shape(pixels))
-    entries = tf.cast(tf.stack([tf.reshape(cells, [-1]), tf.reshape(pixels, [-1])], axis=1), tf.int64)
-    weights = tf.reshape(weights, [-1])
-    cell_gradients = _pixel_table(upstream)
-
-    def image_gradient(i, image_entries, image_weights):
-        sampling = tf.sparse.SparseTensor(image_entries, image_weights,
-                                          tf.cast(tf.stack([num_cells, tf.reduce_prod(shapes[i, :3])]), tf.int64))
-        return tf.reshape(tf.sparse.sparse_dense_matmul(sampling, cell_gradients, adjoint_a=True), shapes[i])
-
-    if levels is None:
-        return [image_gradient(0, entries, weights)]
-    # Each image's entries apart: its gradient is then a tensor of its own size, like the other gradients of that
-    # map (one table of every image's pixels, split, left the allocator odd-sized blocks of memory).
-    entry_levels = tf.reshape(tf.broadcast_to(tf.reshape(levels, [-1, 1, 1, 1, 1, 1, 1]), tf.shape(pixels)), [-1])
-    image_entries = tf.dynamic_partition(entries, entry_levels, len(image_shapes))
-    image_weights = tf.dynamic_partition(weights, entry_levels, len(image_shapes))
-    return [image_gradient(i, image_entries[i], image_weights[i]) for i in range(len(image_shapes))]
+    cells = (tf.reshape(positions, [-1, 1, 1, 1, 1, 1, 1]) * (cells_h * cells_w)
+             + tf.reshape(tf.range(cells_h * cells_w), [1, cells_h, 1, 1, cells_w, 1, 1]))
+    cells = tf.broadcast_to(cells, tf.shape(pixels))
+    sampling = tf.sparse.SparseTensor(
+        tf.cast(tf.stack([tf.reshape(cells, [-1]), tf.reshape(pixels, [-1])], axis=1), tf.int64),
+        tf.reshape(weights, [-1]),
+        tf.cast(tf.stack([tf.shape(cell_gradients)[0], tf.reduce_prod(shape[:3])]), tf.int64))
+    return tf.reshape(tf.sparse.sparse_dense_matmul(sampling, cell_gradients, adjoint_a=True), shape)
 
 
 def _per_box(values):
