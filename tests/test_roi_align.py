@@ -15,7 +15,7 @@ from support.numpy_roi_align import (
 )
 from tfdet.ops.fpn_levels import multilevel_roi_align
 from tfdet.ops.roi_align import (
-    _CROP_CHUNK_ELEMENTS,
+    _CROP_PARTS,
     crop_and_resize,
     gathered_crop_and_resize,
     portable_crop_and_resize,
@@ -269,16 +269,21 @@ def test_crop_and_resize_gradient_is_the_transpose_of_tfs_forward(rng, crop_size
     assert abs(forward - transposed) <= 1e-6 * scale
 
 
-@pytest.mark.parametrize("num_boxes", [0, 1, 83, 200])
-def test_crops_made_in_chunks_of_boxes_are_tfs_in_one_call(rng, num_boxes):
-    """CropAndResize runs over chunks of boxes (one chunk's full-resolution crops in memory at a time): the
-    same crops, in order, as one call of TF's kernel, with a last chunk shorter than the others."""
+@pytest.mark.parametrize("num_boxes", [0, 1, 3, 5, 200])
+def test_crops_made_in_parts_of_the_boxes_are_tfs_in_one_call(rng, num_boxes):
+    """CropAndResize runs over parts of the boxes one after the other (one part's full-resolution crops in memory
+    at a time): the same crops, in order, as one call of TF's kernel, with parts that are short or empty."""
     image = tf.constant(rng.standard_normal((2, 9, 13, 64)), tf.float32)
     boxes = tf.constant(rng.uniform(-0.3, 1.3, size=(num_boxes, 4)), tf.float32)
     box_indices = tf.constant(rng.integers(0, 2, num_boxes), tf.int32)
-    assert _CROP_CHUNK_ELEMENTS // (28 * 28 * 64) == 83  # 200 boxes: chunks of 83, 83 and 34
     want = tf.image.crop_and_resize(image, boxes, box_indices, (28, 28)).numpy()
     np.testing.assert_array_equal(crop_and_resize(image, boxes, box_indices, (28, 28)).numpy(), want)
+    graph = tf.function(crop_and_resize).get_concrete_function(
+        image, tf.TensorSpec([None, 4], tf.float32), tf.TensorSpec([None], tf.int32), (28, 28)).graph
+    crops = [op for op in graph.get_operations() if op.type == "CropAndResize"]
+    assert len(crops) == _CROP_PARTS
+    for later in crops[1:]:  # waits for the part before (through the first op made for it, its crop size)
+        assert [op for op in [later, *(tensor.op for tensor in later.inputs)] if op.control_inputs]
 
 
 def test_crop_and_resize_gradient_at_samples_exactly_on_the_image_edges(rng):

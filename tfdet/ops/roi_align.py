@@ -44,8 +44,8 @@ from tfdet.ops.map_fn import map_fn
 _ADAPTIVE_SAMPLE_WINDOW = 6
 # Elements of the (chunk, out_h, W, C) intermediate of the adaptive path: 64 MB in float32.
 _DENSE_CHUNK_ELEMENTS = 1 << 24
-# Elements of the full-resolution crops CropAndResize makes at once (`_in_box_chunks`): 16 MB in float32.
-_CROP_CHUNK_ELEMENTS = 1 << 22
+# Parts of the boxes CropAndResize crops one after the other (`_in_box_parts`).
+_CROP_PARTS = 4
 # Set by `portable_crop_and_resize` on the thread that traces.
 _PORTABLE = threading.local()
 
@@ -172,7 +172,8 @@ def _pair(output_size):
 
 def _pixel_table(features):
     """Features (N, H, W, C) (or crops (R, h, w, C)) as a (N*H*W, C) table, keeping C static when it is known."""
-    return tf.reshape(features, [-1, _channels(features)])
+    channels = features.shape[-1] if features.shape[-1] is not None else tf.shape(features)[-1]
+    return tf.reshape(features, [-1, channels])
 
 
 def uses_crop_and_resize(dtype, sampling_ratio, xla=False):
@@ -235,10 +236,10 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1
             return tf.nn.avg_pool2d(crops, pool, pool, "VALID") if pool > 1 else crops
 
         def pooled_crops(image, boxes, box_indices):
-            return _in_box_chunks(
-                lambda chunk_boxes, chunk_indices: pool_cells(
-                    tf.image.crop_and_resize(image, chunk_boxes, chunk_indices, crop_size)),
-                boxes, box_indices, _CROP_CHUNK_ELEMENTS // (crop_size[0] * crop_size[1] * _channels(image)))
+            return _in_box_parts(
+                lambda part_boxes, part_indices: pool_cells(
+                    tf.image.crop_and_resize(image, part_boxes, part_indices, crop_size)),
+                boxes, box_indices)
 
         if getattr(_PORTABLE, "on", False):
             if num_images == 1:
@@ -273,27 +274,19 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1
     return crop(boxes, box_indices, levels, *images)
 
 
-def _channels(features):
-    """The channels of (N, H, W, C) `features`: static when known, else a scalar tensor."""
-    return features.shape[-1] if features.shape[-1] is not None else tf.shape(features)[-1]
-
-
-def _in_box_chunks(crop, boxes, box_indices, chunk):
-    """`crop(boxes, box_indices)` over chunks of at most `chunk` boxes, in order: one chunk's full-resolution
-    crops in memory at a time (512 RoIs' 14 x 14 crops of a 256-channel map are 0.1 GB), the pooled ones
-    concatenated."""
+def _in_box_parts(crop, boxes, box_indices):
+    """`crop(boxes, box_indices)` over `_CROP_PARTS` consecutive parts of the boxes, one after the other, the
+    results concatenated in order: one part's full-resolution crops in memory at a time (512 RoIs' 14 x 14 crops
+    of a 256-channel map are 0.1 GB), each pooled before the next part is cropped."""
     count = tf.shape(boxes)[0]
-    chunk = tf.clip_by_value(chunk, 1, tf.maximum(count, 1))
-    num_chunks = tf.maximum((count + chunk - 1) // chunk, 1)
-    padding = num_chunks * chunk - count
-
-    def in_chunks(values):
-        padded = tf.pad(values, [[0, padding]] + [[0, 0]] * (values.shape.rank - 1))
-        return tf.reshape(padded, tf.concat([[num_chunks, chunk], tf.shape(values)[1:]], 0))
-
-    crops = map_fn(lambda args: crop(*args), (in_chunks(boxes), in_chunks(box_indices)),
-                   fn_output_signature=tf.float32)
-    return tf.reshape(crops, tf.concat([[-1], tf.shape(crops)[2:]], 0))[:count]
+    part = (count + _CROP_PARTS - 1) // _CROP_PARTS
+    sizes = tf.stack([tf.clip_by_value(count - i * part, 0, part) for i in range(_CROP_PARTS)])
+    results = []
+    for part_boxes, part_indices in zip(tf.split(boxes, sizes, num=_CROP_PARTS),
+                                        tf.split(box_indices, sizes, num=_CROP_PARTS)):
+        with tf.control_dependencies(results[-1:]):
+            results.append(crop(part_boxes, part_indices))
+    return tf.concat(results, axis=0)
 
 
 def _crop_and_resize_images_gradient(upstream, crop_size, boxes, box_indices, levels, image_shapes, pool=1,
