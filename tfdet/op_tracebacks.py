@@ -9,6 +9,7 @@ point to) and the 3 innermost ones of TensorFlow's op creation, which TensorFlow
 """
 
 import contextlib
+import functools
 import os
 import sys
 
@@ -25,19 +26,19 @@ _LIBRARY_ROOTS = tuple(os.path.dirname(module.__file__) + os.sep for module in (
 # these files stay recorded, so that the 3 dropped are still theirs and not the caller's.
 OP_CREATION_FILES = tuple(os.path.join(os.path.dirname(tf.__file__), "python", *parts) for parts in (
     ("framework", "ops.py"), ("util", "tf_stack.py"), ("util", "traceback_utils.py")))
-_library_files = {"modules": -1, "files": frozenset()}
 
 
 def library_files():
     """The source files of the loaded TensorFlow and Keras modules but `OP_CREATION_FILES` (recomputed when
     modules were added)."""
-    modules = list(sys.modules.values())
-    if len(modules) != _library_files["modules"]:
-        files = (getattr(module, "__file__", None) for module in modules)
-        _library_files["files"] = frozenset(
-            f for f in files if f and f.startswith(_LIBRARY_ROOTS) and f not in OP_CREATION_FILES)
-        _library_files["modules"] = len(modules)
-    return _library_files["files"]
+    return _library_files_among(len(sys.modules))
+
+
+@functools.lru_cache(maxsize=1)
+def _library_files_among(module_count):
+    del module_count  # the cache key: the set is made again once modules were added
+    files = (getattr(module, "__file__", None) for module in list(sys.modules.values()))
+    return frozenset(f for f in files if f and f.startswith(_LIBRARY_ROOTS) and f not in OP_CREATION_FILES)
 
 
 if StackTraceFilter is not None:

@@ -218,8 +218,8 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1
 
     TF's CPU gradient kernel shards the boxes over threads that add into the same pixels without
     synchronisation, so where boxes overlap it loses updates, a different part on every run. This gradient
-    takes the kernel's sample positions and multiplies the crops' gradient by the transposed sampling (a sparse
-    matrix of each sample's four bilinear corner weights) into one table of every image's pixels: deterministic,
+    takes the kernel's sample positions and multiplies the crops' gradient by each image's transposed sampling (a
+    sparse matrix of its boxes' samples' four bilinear corner weights) into that image's pixels: deterministic,
     nothing lost.
     """
     num_images = len(images)
@@ -241,6 +241,8 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1
                     tf.image.crop_and_resize(image, part_boxes, part_indices, crop_size)),
                 boxes, box_indices)
 
+        image_levels = levels if num_images > 1 else None
+        parts = None  # each image's boxes, when the forward pass partitions them: the gradient reuses them
         if getattr(_PORTABLE, "on", False):
             if num_images == 1:
                 crops = pool_cells(gathered_crop_and_resize(images[0], boxes, box_indices, crop_size))
@@ -249,11 +251,10 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1
         elif num_images == 1:
             crops = pooled_crops(images[0], boxes, box_indices)
         else:
-            positions = tf.dynamic_partition(tf.range(tf.shape(boxes)[0]), levels, num_images)
-            level_boxes = tf.dynamic_partition(boxes, levels, num_images)
-            level_indices = tf.dynamic_partition(box_indices, levels, num_images)
-            crops = tf.dynamic_stitch(positions, [
-                pooled_crops(image, level_boxes[i], level_indices[i]) for i, image in enumerate(images)
+            parts = _boxes_by_image(boxes, box_indices, levels, num_images)
+            crops = tf.dynamic_stitch([positions for positions, _, _ in parts], [
+                pooled_crops(image, image_boxes, image_indices)
+                for (_, image_boxes, image_indices), image in zip(parts, images)
             ])
 
         # Taken here: the gradient then holds the images' shapes, not the images (a pyramid's worth of memory
@@ -262,8 +263,8 @@ def crop_and_resize_levels(images, boxes, box_indices, levels, crop_size, pool=1
 
         def gradient(upstream):
             image_gradients = _crop_and_resize_images_gradient(
-                upstream, crop_size, boxes, box_indices, levels if num_images > 1 else None, image_shapes, pool,
-                border=1 if edge_pad else 0,
+                upstream, crop_size, parts or _boxes_by_image(boxes, box_indices, image_levels, num_images),
+                image_shapes, pool, border=1 if edge_pad else 0,
             )
             return (None, None, None, *image_gradients)
 
@@ -289,22 +290,23 @@ def _in_box_parts(crop, boxes, box_indices):
     return tf.concat(results, axis=0)
 
 
-def _crop_and_resize_images_gradient(upstream, crop_size, boxes, box_indices, levels, image_shapes, pool=1,
-                                     border=0):
+def _boxes_by_image(boxes, box_indices, levels, num_images):
+    """[(positions among all boxes, boxes, box indices)] of each image's boxes, box r's image being `levels[r]`
+    (None: one image, every box)."""
+    positions = tf.range(tf.shape(boxes)[0])
+    if levels is None:
+        return [(positions, boxes, box_indices)]
+    return list(zip(*(tf.dynamic_partition(values, levels, num_images) for values in (positions, boxes, box_indices))))
+
+
+def _crop_and_resize_images_gradient(upstream, crop_size, parts, image_shapes, pool=1, border=0):
     """The transpose of CropAndResize for the (N, H, W, C) images of `image_shapes`, given the gradient
     (R, crop_h / pool, crop_w / pool, C) of its crops (`crop_size`) averaged over pool x pool cells (each of
-    a cell's samples gets 1 / pool**2 of its gradient). Box r's image is `levels[r]` (None: one image); each
-    image's gradient is its own tensor, made by `_image_gradient` from that image's boxes.
+    a cell's samples gets 1 / pool**2 of its gradient); `parts`: each image's boxes (`_boxes_by_image`). Each
+    image's gradient is its own tensor, made by `_image_gradient`.
     `border` > 0: the crops were taken from the images edge-padded by `border` cells per side, whose
     gradient is that of the unpadded images (each padding pixel's share goes to the edge pixel it copies)."""
     cell_gradients = _pixel_table(upstream)
-    num_boxes = tf.shape(boxes)[0]
-    if levels is None:
-        parts = [(tf.range(num_boxes), boxes, box_indices)]
-    else:
-        count = len(image_shapes)
-        parts = zip(tf.dynamic_partition(tf.range(num_boxes), levels, count),
-                    tf.dynamic_partition(boxes, levels, count), tf.dynamic_partition(box_indices, levels, count))
     return [_image_gradient(cell_gradients, positions, image_boxes, image_indices, shape, crop_size, pool, border)
             for (positions, image_boxes, image_indices), shape in zip(parts, image_shapes)]
 
@@ -320,8 +322,8 @@ def _image_gradient(cell_gradients, positions, boxes, box_indices, padded_shape,
     shape = padded_shape - tf.constant([0, 2 * border, 2 * border, 0])  # the unpadded image's
     height, width = shape[1], shape[2]
     y1, x1, y2, x2 = tf.unstack(boxes, axis=1)
-    rows, row_weights = _lattice_corners(y1, y2, crop_h, height + 2 * border)
-    cols, col_weights = _lattice_corners(x1, x2, crop_w, width + 2 * border)
+    rows, row_weights = _lattice_corners(y1, y2, crop_h, padded_shape[1])
+    cols, col_weights = _lattice_corners(x1, x2, crop_w, padded_shape[2])
     if border:
         rows = tf.clip_by_value(rows - border, 0, height - 1)
         cols = tf.clip_by_value(cols - border, 0, width - 1)
